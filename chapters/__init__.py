@@ -1,0 +1,1 @@
+"""The chapters: each folder holds numbered scripts and one importable engine module."""

@@ -1,0 +1,159 @@
+"""The engine base class every chapter subclasses.
+
+A chapter's engine overrides one method, `_generate_tokens`: given the prompt's token ids and the
+sampling parameters, yield new token ids one at a time (and record what it measured in the
+`RequestMetrics` it is handed). Everything around it is here, written once, so every engine stops,
+streams and reports identically:
+
+* `stream()` turns token ids into `TokenEvent`s: incremental text, the stop conditions (EOS unless
+  `ignore_eos`, stop strings, max_tokens), cancellation, and the final metrics.
+* `generate()` and `generate_batch()` collect a stream into a `GenerateResult`.
+
+Closing the token generator is how generation stops early: a `finally` in the engine frees what the
+request held.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from shared import config
+from shared.contracts import FinishReason, GenerateResult, RequestMetrics, SamplingParams, TokenEvent
+from shared.model import LoadedModel, load_model
+from shared.text import IncrementalDetokenizer
+
+
+class PromptTooLongError(ValueError):
+    pass
+
+
+class BaseOfflineEngine(ABC):
+    """An engine that serves one request at a time, in the calling thread."""
+
+    name: str = "base"
+    #: what computes the forward pass; two runtimes with identical outputs keep distinct records
+    implementation: str = "transformers"
+    sampler: str = "none"
+
+    def __init__(self, model: str | LoadedModel | None = None, device: str | None = None) -> None:
+        self.loaded = model if isinstance(model, LoadedModel) else load_model(model, device=device)
+        self.tokenizer = self.loaded.tokenizer
+        self.device = torch.device(self.loaded.manifest["device"])
+        self.dtype = next(self.loaded.model.parameters()).dtype
+        self.eos_token_id = self.loaded.eos_token_id
+        self.max_context = self.loaded.max_context
+
+    # ---- what a chapter overrides -------------------------------------------------------------
+
+    @abstractmethod
+    def _generate_tokens(
+        self, prompt_ids: list[int], params: SamplingParams, metrics: RequestMetrics
+    ) -> Iterator[int]:
+        """Yield new token ids, at most `params.max_tokens`, never EOS before `params.min_tokens`.
+        The caller stops consuming at EOS or a stop string and then closes the generator."""
+
+    # ---- shared behaviour -----------------------------------------------------------------------
+
+    def encode(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(prompt, add_special_tokens=False)
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        return list(ids)
+
+    def check_fits(self, prompt_len: int, max_tokens: int) -> None:
+        """Reject a request whose prompt plus output cannot fit in the context window."""
+        if prompt_len < 1:
+            raise PromptTooLongError("the prompt is empty: it must contain at least one token")
+        if prompt_len + max_tokens > self.max_context:
+            raise PromptTooLongError(
+                f"the prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) exceeds the "
+                f"model's context of {self.max_context} tokens"
+            )
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "engine": type(self).__name__,
+            "implementation": self.implementation,
+            "sampler": self.sampler,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "model_manifest": self.loaded.manifest,
+            "manifest_sha256": self.loaded.manifest_sha256,
+        }
+
+    def stream(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[TokenEvent]:
+        """Yield one event per token made; the last event carries finish_reason and metrics."""
+        self.check_fits(len(prompt_ids), params.max_tokens)
+        metrics = RequestMetrics(input_tokens=len(prompt_ids))
+        detok = IncrementalDetokenizer(self.tokenizer, params.stop)
+        start = time.perf_counter()
+        finish: FinishReason = "length"
+        tokens = self._generate_tokens(list(prompt_ids), params, metrics)
+        last_token: int | None = None  # the token that ended the request, if it is output
+        last_text = ""
+        try:
+            for token in tokens:
+                if cancel is not None and cancel.is_set():
+                    finish = "abort"
+                    break
+                if token == self.eos_token_id and not params.ignore_eos:
+                    finish = "stop"
+                    break
+                metrics.output_tokens += 1
+                check = detok.add(token)
+                if check.stopped or metrics.output_tokens >= params.max_tokens:
+                    finish = "stop" if check.stopped else "length"
+                    last_token, last_text = token, check.text + ("" if check.stopped else detok.flush())
+                    break
+                yield TokenEvent(token, check.text)
+            else:
+                last_text = detok.flush()
+        finally:
+            tokens.close()  # the engine's `finally` frees what the request held
+        self._finish_metrics(metrics, start)
+        yield TokenEvent(last_token, last_text, finish, metrics)
+
+    def _finish_metrics(self, metrics: RequestMetrics, start: float) -> None:
+        metrics.total_ms = (time.perf_counter() - start) * 1000
+        if metrics.total_ms > 0:
+            metrics.tokens_per_second = metrics.output_tokens / (metrics.total_ms / 1000)
+
+    def generate(self, prompt: str | list[int], params: SamplingParams | None = None) -> GenerateResult:
+        params = params or SamplingParams(max_tokens=config.BENCHMARK_TOKENS)
+        prompt_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        ids: list[int] = []
+        text: list[str] = []
+        for event in self.stream(prompt_ids, params):
+            if event.token_id is not None and event.finish_reason is None:
+                ids.append(event.token_id)
+            text.append(event.text)
+            if event.finish_reason is not None:
+                if event.token_id is not None:
+                    ids.append(event.token_id)
+                return GenerateResult(
+                    "".join(text), ids, event.finish_reason, event.metrics, self.provenance()
+                )
+        raise AssertionError("stream ended without a final event")
+
+    def generate_batch(
+        self, prompts: Sequence[str | list[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[GenerateResult]:
+        """One after another; chapter 5 overrides this with a real padded batch."""
+        per_row = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(per_row) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(per_row)} SamplingParams")
+        return [self.generate(p, sp) for p, sp in zip(prompts, per_row)]
