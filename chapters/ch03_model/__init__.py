@@ -1,0 +1,1 @@
+"""Chapter 3: the Llama forward pass written by hand, on the real weights."""
