@@ -53,8 +53,10 @@ if gguf is not None:
     for name, (n, nbytes) in by_type.items():
         print(f"  {name:<12} {n:>12,} {nbytes / MB:>8.1f} {8 * nbytes / n:>12.2f}")
     if args.cold:
-        # A fresh, empty cache folder forces the GGUF -> float32 conversion to run again.
-        config.CACHE_DIR = tempfile.mkdtemp(prefix="ifs-cold-")
+        # A fresh, empty cache folder forces the GGUF -> float32 conversion to run again; it is
+        # deleted when the script exits, so the real cache is never touched.
+        cold_cache = tempfile.TemporaryDirectory(prefix="ifs-cold-")
+        config.CACHE_DIR = cold_cache.name
     was_cached = (Path(config.CACHE_DIR) / sha[:16] / "complete.json").is_file()
 
 first = load_model(args.model)
