@@ -164,9 +164,13 @@ def _validation_error(errors: list[dict[str, Any]]) -> ApiError:
         return ApiError(400, f"unknown field '{param}'{hint}", param=param)
     if first["type"] == "missing":
         return ApiError(400, f"missing required field '{param}'", param=param)
-    # A union (e.g. prompt: string or token ids) reports one error per member; show them all.
-    same = [e for e in errors if _param_path(e["loc"]).split("[")[0] == param.split("[")[0]]
-    reasons = "; or ".join(dict.fromkeys(e["msg"] for e in same))
+    # A union (e.g. prompt: a string or token ids) reports one error per member: name the deepest
+    # (stop: [1] -> "stop[0]"), and if several are equally deep, give all their reasons.
+    group = [e for e in errors if e["loc"][:1] == first["loc"][:1]]
+    depth = max(len(e["loc"]) for e in group)
+    deepest = [e for e in group if len(e["loc"]) == depth]
+    first, param = deepest[0], _param_path(deepest[0]["loc"])
+    reasons = "; or ".join(dict.fromkeys(e["msg"] for e in deepest))
     got = repr(first.get("input"))
     got = got if len(got) <= 60 else got[:57] + "..."
     return ApiError(400, f"invalid '{param}': {reasons} (got {got})", param=param)
