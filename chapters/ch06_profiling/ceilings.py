@@ -98,6 +98,14 @@ def op_overhead(device: str, calls: int = 2000) -> dict[str, Any]:
     return {"per_op_s": statistics.median(gpu), "host_enqueue_per_op_s": host, "calls": calls}
 
 
+def pin_threads(device: str, threads: int | None) -> None:
+    """On a CPU shared with other jobs, a parallel region waits for its slowest thread, and a
+    preempted thread makes it crawl (measured here: decode attention 8 ms with 2 threads under a
+    load of 5, 44 us with 1). Chapter 6's CPU numbers therefore use one thread unless told."""
+    if not str(device).startswith("cuda") and threads:
+        torch.set_num_threads(threads)
+
+
 def measure(device: str, quick: bool = False) -> dict[str, Any]:
     """All ceilings of one device. `quick` shrinks sizes for tests (the numbers are then not
     ceilings, only the structure is)."""
