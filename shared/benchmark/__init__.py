@@ -6,6 +6,7 @@ any OpenAI-compatible server). See DESIGN.md, "Benchmark harness".
     print(comparison_table(cmp))   # both engines, the speed-up and its spread, tokens = reference
 """
 
+from shared.benchmark.cli import offline_args, offline_main, online_args, online_main
 from shared.benchmark.offline import (
     Comparison,
     OfflineResult,
@@ -36,7 +37,7 @@ from shared.benchmark.report import (
 
 __all__ = [
     "Comparison", "LaunchedServer", "LoadResult", "OfflineResult", "RequestRecord",
-    "compare_engines", "comparison_table", "free_port", "launch_server", "measure_request",
+    "compare_engines", "comparison_table", "free_port", "launch_server", "measure_request", "offline_args", "offline_main", "online_args", "online_main",
     "peak_memory", "percentile_table", "plot_load", "plot_offline", "provenance", "results_dir",
     "run_load", "run_offline", "save_results", "serve_table", "server_models",
     "single_stream_table", "stream_request", "summarize_records",

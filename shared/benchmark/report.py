@@ -41,17 +41,23 @@ def _spread(stats: dict[str, Any], digits: int = 1) -> str:
     return f"{stats['mean']:.{digits}f} ± {stats['std']:.{digits}f} (n={stats['count']})"
 
 
-def single_stream_table(results: Sequence[OfflineResult]) -> str:
-    """The seed book's table: one row per engine, means over every request of every run."""
+def single_stream_table(results: Sequence[OfflineResult | LoadResult]) -> str:
+    """The seed book's table, one row per engine (or sequential load test), latencies averaged
+    over every request. tok/s: offline, per run (output tokens / run wall time); online, per
+    request (output tokens / end-to-end latency); mean ± sd over n."""
     rows = []
     for r in results:
         s = r.summary()
+        if isinstance(r, LoadResult):
+            label, tps = f"{r.mode['model']} @ {r.url}", s["request_tokens_per_second"]
+        else:
+            label, tps = r.label, s["run_tokens_per_second"]
         e2e = _mean(s, "e2e_ms")
         rows.append([
-            r.label,
+            label,
             _fmt(_mean(s, "output_tokens_per_request"), 0),
             _fmt(e2e / 1000 if e2e is not None else None, 2),
-            _spread(s["run_tokens_per_second"]),
+            _spread(tps),
             _fmt(_mean(s, "ttft_ms")),
             _fmt(_mean(s, "tpot_ms")),
         ])
@@ -174,6 +180,8 @@ def plot_offline(results: Sequence[OfflineResult], path: str | Path, title: str 
 def plot_load(results: Sequence[LoadResult], path: str | Path, title: str = "") -> Path:
     """Cumulative distributions of TTFT, ITL and end-to-end latency, one line per load mode."""
     plt = _pyplot()
+    from matplotlib import ticker
+
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for result in results:
         ok = [r for r in result.records if r.ok]
@@ -185,9 +193,12 @@ def plot_load(results: Sequence[LoadResult], path: str | Path, title: str = "") 
         for ax, (label, values) in zip(axes, samples.items()):
             values = sorted(values)
             if values:
-                ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post",
+                n = len(values)
+                ax.step([values[0], *values], [0.0, *((i + 1) / n for i in range(n))], where="post",
                         label=result.mode["name"])
             ax.set(xlabel=label, ylabel="fraction of samples", xscale="log")
+            ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)
