@@ -54,7 +54,9 @@ def _common_args(description: str | None) -> argparse.ArgumentParser:
     return p
 
 
-def _parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and check the common arguments; sets torch's thread count and builds `args.params`
+    (greedy) and `args.prompts`."""
     args = p.parse_args(argv)
     if args.tokens < 1:
         p.error(f"--tokens must be >= 1, got {args.tokens}")
@@ -62,17 +64,23 @@ def _parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.N
         if args.threads < 1:
             p.error(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    if getattr(args, "runs", 1) < 1:
+        p.error(f"--runs must be >= 1, got {args.runs}")
     args.prompts = args.prompt or [config.PROMPT]
     args.params = SamplingParams(temperature=0.0, max_tokens=args.tokens,
                                  ignore_eos=not args.stop_at_eos)
     return args
 
 
-def offline_args(description: str | None = None, argv: Sequence[str] | None = None) -> argparse.Namespace:
+def offline_parser(description: str | None = None) -> argparse.ArgumentParser:
     p = _common_args(description)
     p.add_argument("--runs", type=int, default=config.BENCHMARK_RUNS,
                    help="measured runs per engine (default %(default)s)")
-    return _parse(p, argv)
+    return p
+
+
+def offline_args(description: str | None = None, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return parse(offline_parser(description), argv)
 
 
 def offline_main(
@@ -80,16 +88,18 @@ def offline_main(
     engines: Sequence[BaseOfflineEngine],
     name: str,
     labels: Sequence[str] | None = None,
+    compare: bool | None = None,
 ) -> dict[str, Any]:
-    """Measure `engines` alternately (greedy, the same prompts), print the tables, and save the
-    JSON and a plot. Returns the results document."""
+    """Measure `engines` alternately (greedy, the same prompts), print the tables (the comparison
+    table too when `compare`, by default when there are several engines), and save the JSON and a
+    plot. Returns the results document."""
     started = provenance(args.notes)
     cmp = compare_engines(engines, args.prompts, args.params, args.runs, args.warmup, labels)
     print(single_stream_table(cmp.results))
     for r in cmp.results:
         print(f"\n{r.label}: every request of every run")
         print(percentile_table(r.summary()))
-    if len(engines) > 1:
+    if compare if compare is not None else len(engines) > 1:
         print()
         print(comparison_table(cmp))
     body = cmp.as_dict()
@@ -121,7 +131,7 @@ def online_args(description: str | None = None, argv: Sequence[str] | None = Non
                    help="with --rate: at most this many requests in flight")
     p.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrival times")
     p.add_argument("--port", type=int, default=None, help="port for our server (default: a free one)")
-    args = _parse(p, argv)
+    args = parse(p, argv)
     if args.num_requests < 1:
         p.error(f"--num-requests must be >= 1, got {args.num_requests}")
     if any(c < 1 for c in args.concurrency):

@@ -1,0 +1,69 @@
+"""The main job (`make run`): every finished chapter's engine on the same workload.
+
+Each engine runs the same greedy requests, in rotating order (see `compare_engines`), after a
+discarded warm-up. The tour prints one table (tok/s, TTFT, TPOT, speed-up over chapter 1 with the
+spread of the per-round ratios, peak memory, and whether the tokens equal chapter 1's), writes
+results/<cpu|gpu>/tour.json with a plot next to it, and exits with status 1 if any engine's tokens
+differ from chapter 1's: a faster engine that says something else is a bug, not a speed-up.
+
+    python -m shared.tour                       # 2 runs x 64 tokens: a couple of minutes on a CPU
+    python -m shared.tour --runs 5 --tokens 256 --chapters ch01_baseline ch04_kv_cache
+
+A chapter joins the tour by adding one line to TOUR: its folder name and its engine class, which
+must accept a loaded model as its first argument (the tour loads the weights once for all).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+from shared.benchmark.cli import offline_main, offline_parser, parse
+from shared.engine import BaseOfflineEngine
+from shared.model import load_model
+
+# (chapter, "module:EngineClass"), in chapter order; the first is the reference.
+TOUR: list[tuple[str, str]] = [
+    ("ch01_baseline", "chapters.ch01_baseline.engine:BaselineEngine"),
+]
+
+
+def engine_class(spec: str) -> type[BaseOfflineEngine]:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def select(chapters: Sequence[str] | None) -> list[tuple[str, str]]:
+    """The tour's entries for `chapters` (all when None); the reference always comes first."""
+    if not chapters:
+        return list(TOUR)
+    known = [c for c, _ in TOUR]
+    unknown = [c for c in chapters if c not in known]
+    if unknown:
+        raise ValueError(f"unknown chapter(s) {unknown}; the tour has {known}")
+    return [TOUR[0]] + [entry for entry in TOUR[1:] if entry[0] in chapters]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = offline_parser(__doc__)
+    p.set_defaults(runs=2)
+    p.add_argument("--chapters", nargs="+", help="chapters to include (chapter 1 always is)")
+    args = parse(p, argv)
+    try:
+        entries = select(args.chapters)
+    except ValueError as exc:
+        p.error(str(exc))
+    loaded = load_model(args.model)
+    engines = [engine_class(spec)(loaded) for _, spec in entries]
+    body = offline_main(args, engines, name="tour", labels=[c for c, _ in entries], compare=True)
+    differ = [c["label"] for c in body["comparison"] if not c["same_tokens_as_reference"]]
+    if differ:
+        print(f"\nFAIL: tokens differ from {entries[0][0]}: {', '.join(differ)}", file=sys.stderr)
+        return 1
+    print(f"\nAll {len(engines)} engine(s) produced {entries[0][0]}'s tokens.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
