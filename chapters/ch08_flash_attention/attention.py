@@ -41,8 +41,9 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     sm_scale: float | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v with the full [B, H, Tq, Tk] score matrix in float32.
 
-    Peak extra memory ~ 8 bytes per score (the float32 scores and the float32 probabilities are
-    alive together during softmax) = 8 * B * Hq * Tq * Tk bytes, plus the Tq * Tk bool mask.
+    Peak extra memory ~ 8 bytes per score: the float32 scores and the float32 probabilities are
+    alive together during softmax, 8 * B * Hq * Tq * Tk bytes. (The bool mask, Tq * Tk bytes, and
+    the bf16 product before its cast to float32 are freed before softmax starts.)
     """
     check_attention_shapes("naive_attention", q, k, v, causal)
     b, hq, tq, d = q.shape
@@ -61,8 +62,8 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def naive_peak_bytes(b: int, hq: int, tq: int, tk: int) -> int:
-    """The formula for naive_attention's quadratic memory: two float32 score-sized tensors + the mask."""
-    return 8 * b * hq * tq * tk + tq * tk
+    """The formula for naive_attention's peak memory: two float32 score-sized tensors."""
+    return 8 * b * hq * tq * tk
 
 
 def online_softmax_stats(xs: list[float]) -> tuple[float, float]:

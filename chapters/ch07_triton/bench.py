@@ -1,0 +1,88 @@
+"""Timing, provenance and output for the chapter 7 and 8 GPU benchmarks.
+
+On a GPU every time is the median of triton.testing.do_bench, which flushes the L2 cache (writes a
+256 MB buffer) before each timed call: every call reads its inputs from HBM, so small operands that
+would fit in L2 are not flattered. On a CPU (`--smoke`, through the interpreter) times are wall
+clock and mean nothing; smoke runs only prove the script works end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from chapters.ch07_triton.interpret import INTERPRET  # sets TRITON_INTERPRET first
+
+import torch
+import triton
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bench_ms(fn: Callable[[], Any]) -> float:
+    """Median milliseconds per call of fn."""
+    if not INTERPRET:
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def provenance() -> dict[str, Any]:
+    """The shared harness's provenance when its dependencies are installed; the essentials otherwise
+    (the GPU script needs only torch and triton)."""
+    try:
+        from shared.benchmark.provenance import provenance as shared_provenance
+        return shared_provenance()
+    except ImportError as exc:
+        import platform
+        import sys
+        info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
+                                "triton": triton.__version__, "command": " ".join(sys.argv),
+                                "note": f"shared provenance unavailable: {exc}"}
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name()
+        return info
+
+
+def device_info() -> dict[str, Any]:
+    if not torch.cuda.is_available():
+        return {"device": "cpu (Triton interpreter)", "interpreter": True}
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, "sms": props.multi_processor_count, "memory_gib": round(props.total_memory / 2**30, 1),
+            "l2_mib": round(getattr(props, "L2_cache_size", 0) / 2**20, 1), "interpreter": False}
+
+
+def write_results(name: str, body: dict[str, Any], smoke: bool) -> Path:
+    """$OUT/<name>.json, else results/gpu/<name>.json; smoke runs go to a temporary folder."""
+    if smoke:
+        folder = Path(tempfile.mkdtemp(prefix="ifs-smoke-"))
+    else:
+        folder = Path(os.environ.get("OUT") or REPO / "results" / "gpu")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    data = {"name": name, "provenance": provenance(), "device": device_info(), **body}
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    return path
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A plain fixed-width table of the given columns."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return str(v)
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
