@@ -203,5 +203,7 @@ def _online(args: argparse.Namespace, url: str, name: str, started: dict[str, An
 def _subtitle(prov: dict[str, Any]) -> str:
     m = prov["machine"]
     where = m.get("gpu") or f"{m['cpu']}, {m['cpu_cores']} cores, {m['torch_threads']} torch threads"
-    return f"{where}; commit {str(prov['git']['commit'])[:8]}"
+    load = m.get("load_average")
+    busy = f"; load average {load[0]:.1f}" if load else ""
+    return f"{where}{busy}; commit {str(prov['git']['commit'])[:8]}"
 

@@ -160,12 +160,13 @@ def plot_offline(results: Sequence[OfflineResult], path: str | Path, title: str 
         xs = sorted(steps)
         ax_step.plot(xs, [sum(steps[x]) / len(steps[x]) for x in xs], marker=".", label=r.label)
     ax_step.set(xlabel="output token position", ylabel="ms (position 0 = TTFT)",
-                title="time per output token", yscale="log")
+                title="time per output token (mean over requests)")
+    ax_step.set_ylim(bottom=0)
     ax_step.legend()
     for i, r in enumerate(results):
         tps = r.tokens_per_second
-        ax_tps.scatter([i] * len(tps), tps, zorder=3)
-        ax_tps.bar(i, sum(tps) / len(tps), alpha=0.4)
+        ax_tps.scatter([i] * len(tps), tps, color=f"C{i}", zorder=3)
+        ax_tps.bar(i, sum(tps) / len(tps), color=f"C{i}", alpha=0.4)
     ax_tps.set_xticks(range(len(results)), [r.label for r in results], rotation=20)
     ax_tps.set(ylabel="output tokens/s (dots: runs)", title="throughput")
     if title:
