@@ -137,7 +137,9 @@ _FIELD_NAMES = sorted(
     | set(TextPart.model_fields)
     | set(StreamOptions.model_fields)
 )
-_SAMPLING_FIELDS = {"temperature", "top_k", "top_p", "max_tokens", "min_tokens", "ignore_eos", "stop", "seed"}
+_SAMPLING_FIELDS = {
+    "temperature", "top_k", "top_p", "max_tokens", "min_tokens", "ignore_eos", "stop", "seed"
+}
 
 
 def _param_path(loc: tuple[Any, ...]) -> str:
@@ -191,7 +193,8 @@ async def _parse(request: Request, schema: type[_Strict]) -> Any:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+        message = f"the request body is not valid JSON: {exc}"
+        raise ApiError(400, message, code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object")
     try:
@@ -209,20 +212,23 @@ def _refuse_unsupported(req: _SamplingRequest, runner: EngineRunner) -> None:
             code="model_not_found",
         )
     if req.stream_options is not None and not req.stream:
-        raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
+        raise ApiError(
+            400, "stream_options is only allowed with stream: true", param="stream_options"
+        )
     if req.n not in (None, 1):
         raise ApiError(400, f"only n=1 is supported, got n={req.n!r}", param="n")
     for name, neutral in _NEUTRAL.items():
         value = getattr(req, name)
         if value is not None and value != neutral:
-            raise ApiError(
-                400, f"{name} is not supported (only {neutral} is accepted), got {value!r}", param=name
-            )
+            message = f"{name} is not supported (only {neutral} is accepted), got {value!r}"
+            raise ApiError(400, message, param=name)
     if req.logprobs:
         raise ApiError(400, "logprobs are not supported", param="logprobs")
 
 
-def _sampling_params(req: _SamplingRequest, max_tokens: int, max_tokens_param: str) -> SamplingParams:
+def _sampling_params(
+    req: _SamplingRequest, max_tokens: int, max_tokens_param: str
+) -> SamplingParams:
     given = {
         "temperature": req.temperature,
         "top_p": req.top_p,
@@ -233,23 +239,30 @@ def _sampling_params(req: _SamplingRequest, max_tokens: int, max_tokens_param: s
         "seed": req.seed,
     }
     try:
-        return SamplingParams(max_tokens=max_tokens, **{k: v for k, v in given.items() if v is not None})
+        return SamplingParams(
+            max_tokens=max_tokens, **{k: v for k, v in given.items() if v is not None}
+        )
     except ValueError as exc:
         # SamplingParams' messages start with the field's name.
         field = str(exc).split()[0]
-        param = max_tokens_param if field == "max_tokens" else field if field in _SAMPLING_FIELDS else None
-        raise ApiError(400, str(exc), param=param) from None
+        param = field if field in _SAMPLING_FIELDS else None
+        raise ApiError(
+            400, str(exc), param=max_tokens_param if field == "max_tokens" else param
+        ) from None
 
 
-def _check_fits(runner: EngineRunner, prompt_len: int, params: SamplingParams, prompt_param: str, max_tokens_param: str) -> None:
+def _check_fits(
+    runner: EngineRunner, prompt_len: int, max_tokens: int, prompt_param: str, max_tokens_param: str
+) -> None:
     try:
-        runner.check_fits(prompt_len, params.max_tokens)
+        runner.check_fits(prompt_len, max_tokens)
     except ValueError as exc:
-        too_long = prompt_len >= runner.max_context
+        # Blame the prompt when it alone is empty or fills the context, else max_tokens.
+        prompt_at_fault = prompt_len < 1 or prompt_len >= runner.max_context
         raise ApiError(
             400,
             str(exc),
-            param=prompt_param if too_long or prompt_len < 1 else max_tokens_param,
+            param=prompt_param if prompt_at_fault else max_tokens_param,
             code="context_length_exceeded" if prompt_len >= 1 else None,
         ) from None
 
@@ -259,7 +272,8 @@ def _check_fits(runner: EngineRunner, prompt_len: int, params: SamplingParams, p
 
 def _usage(prompt_len: int, metrics: RequestMetrics | None) -> dict[str, int]:
     completion = metrics.output_tokens if metrics is not None else 0
-    return {"prompt_tokens": prompt_len, "completion_tokens": completion, "total_tokens": prompt_len + completion}
+    total = prompt_len + completion
+    return {"prompt_tokens": prompt_len, "completion_tokens": completion, "total_tokens": total}
 
 
 def _sse(obj: Any) -> str:
@@ -267,8 +281,9 @@ def _sse(obj: Any) -> str:
 
 
 def _aborted() -> ApiError:
+    # Only seen by a client still listening when the server stops, e.g. on shutdown.
     return ApiError(
-        503, "the request was stopped before it finished (the server is shutting down)",
+        503, "the request was stopped before it finished",
         type="server_error", code="request_aborted",
     )
 
@@ -297,58 +312,57 @@ class _Completion:
 
     def __init__(self, chat: bool, model: str, fingerprint: str, include_usage: bool) -> None:
         self.chat = chat
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.head = {"model": model, "system_fingerprint": fingerprint}
         self.include_usage = include_usage
-
-    def _choice(self, text: str, finish: FinishReason | None, first: bool, whole: bool) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0}
-        if not self.chat:
-            choice["text"] = text
-        elif whole:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            delta = {"role": "assistant"} if first else {}
-            if text or first:
-                delta["content"] = text
-            choice["delta"] = delta
-        choice.update(logprobs=None, finish_reason=finish)
-        return choice
-
-    def response(self, text: str, finish: FinishReason, prompt_len: int, metrics: RequestMetrics) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "chat.completion" if self.chat else "text_completion",
-            "created": self.created,
-            **self.head,
-            "choices": [self._choice(text, finish, first=True, whole=True)],
-            "usage": _usage(prompt_len, metrics),
-            "metrics": metrics.as_dict(),
+        self.head = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "object": "",  # set per object; here so keys come in OpenAI's order
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": fingerprint,
         }
+
+    def _with(self, obj: str, **body: Any) -> dict[str, Any]:
+        return {**self.head, "object": obj, **body}
+
+    def _choice(self, text: str, finish: FinishReason | None, delta: dict | None) -> dict[str, Any]:
+        if not self.chat:
+            body: dict[str, Any] = {"text": text}
+        elif delta is None:
+            body = {"message": {"role": "assistant", "content": text}}
+        else:
+            body = {"delta": delta}
+        return {"index": 0, **body, "logprobs": None, "finish_reason": finish}
+
+    def response(
+        self, text: str, finish: FinishReason, prompt_len: int, metrics: RequestMetrics
+    ) -> dict[str, Any]:
+        return self._with(
+            "chat.completion" if self.chat else "text_completion",
+            choices=[self._choice(text, finish, delta=None)],
+            usage=_usage(prompt_len, metrics),
+            metrics=metrics.as_dict(),
+        )
 
     def chunk(self, event: TokenEvent, first: bool) -> dict[str, Any]:
-        out = {
-            "id": self.id,
-            "object": "chat.completion.chunk" if self.chat else "text_completion",
-            "created": self.created,
-            **self.head,
-            "choices": [self._choice(event.text, event.finish_reason, first, whole=False)],
-        }
+        # Chat: the first delta names the role; a last token that adds no text sends {}.
+        delta = {"role": "assistant"} if first else {}
+        if event.text or first:
+            delta["content"] = event.text
+        out = self._with(
+            "chat.completion.chunk" if self.chat else "text_completion",
+            choices=[self._choice(event.text, event.finish_reason, delta)],
+        )
         if self.include_usage:
             out["usage"] = None  # as OpenAI: every chunk but the last has usage null
         return out
 
     def usage_chunk(self, prompt_len: int, metrics: RequestMetrics | None) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk" if self.chat else "text_completion",
-            "created": self.created,
-            **self.head,
-            "choices": [],
-            "usage": _usage(prompt_len, metrics),
-            "metrics": metrics.as_dict() if metrics is not None else {},
-        }
+        return self._with(
+            "chat.completion.chunk" if self.chat else "text_completion",
+            choices=[],
+            usage=_usage(prompt_len, metrics),
+            metrics=metrics.as_dict() if metrics is not None else {},
+        )
 
 
 async def _collect(request: Request, stream: RequestStream) -> tuple[str, TokenEvent]:
@@ -415,7 +429,7 @@ def make_app(
     else:
         runner = OfflineRunner(engine_or_runner, max_queue=max_queue, model_name=model_name)
     provenance = runner.provenance()
-    fingerprint = f"{provenance.get('engine', 'engine')}-{str(provenance.get('manifest_sha256', ''))[:12]}"
+    fingerprint = f"{provenance.get('engine')}-{str(provenance.get('manifest_sha256', ''))[:12]}"
     started = int(time.time())
 
     @asynccontextmanager
@@ -462,7 +476,8 @@ def make_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": runner.model_name, "engine": provenance.get("engine"), **runner.stats()}
+        engine = provenance.get("engine")
+        return {"status": "ok", "model": runner.model_name, "engine": engine, **runner.stats()}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -471,7 +486,8 @@ def make_app(
     @app.get("/v1/models/{model:path}")
     async def model(model: str) -> dict[str, Any]:
         if model != runner.model_name:
-            raise ApiError(404, f"the model '{model}' does not exist", param="model", code="model_not_found")
+            message = f"the model '{model}' does not exist"
+            raise ApiError(404, message, param="model", code="model_not_found")
         return model_card()
 
     async def serve(
@@ -483,12 +499,12 @@ def make_app(
         max_tokens_param: str,
         chat: bool,
     ) -> Any:
-        if max_tokens is None:
-            max_tokens = (
-                max(1, runner.max_context - len(prompt_ids)) if chat else COMPLETIONS_DEFAULT_MAX_TOKENS
-            )
+        if max_tokens is None and chat:
+            max_tokens = max(1, runner.max_context - len(prompt_ids))
+        elif max_tokens is None:
+            max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         params = _sampling_params(req, max_tokens, max_tokens_param)
-        _check_fits(runner, len(prompt_ids), params, prompt_param, max_tokens_param)
+        _check_fits(runner, len(prompt_ids), params.max_tokens, prompt_param, max_tokens_param)
         try:
             stream = runner.submit(prompt_ids, params)
         except QueueFullError as exc:
@@ -514,11 +530,14 @@ def make_app(
         req: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
         _refuse_unsupported(req, runner)
         if req.max_tokens is not None and req.max_completion_tokens is not None:
-            raise ApiError(400, "give max_completion_tokens or max_tokens, not both", param="max_tokens")
-        max_param = "max_tokens" if req.max_tokens is not None else "max_completion_tokens"
+            message = "give max_completion_tokens or max_tokens, not both"
+            raise ApiError(400, message, param="max_tokens")
+        if req.max_tokens is not None:
+            max_tokens, max_param = req.max_tokens, "max_tokens"
+        else:
+            max_tokens, max_param = req.max_completion_tokens, "max_completion_tokens"
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         prompt_ids = runner.apply_chat_template(messages)
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         return await serve(request, req, prompt_ids, max_tokens, "messages", max_param, chat=True)
 
     @app.post("/v1/completions")
@@ -530,11 +549,12 @@ def make_app(
         else:
             bad = [t for t in req.prompt if not 0 <= t < runner.vocab_size]
             if bad:
-                raise ApiError(
-                    400, f"prompt token ids must be in [0, {runner.vocab_size}), got {bad[0]}", param="prompt"
-                )
+                message = f"prompt token ids must be in [0, {runner.vocab_size}), got {bad[0]}"
+                raise ApiError(400, message, param="prompt")
             prompt_ids = list(req.prompt)
-        return await serve(request, req, prompt_ids, req.max_tokens, "prompt", "max_tokens", chat=False)
+        return await serve(
+            request, req, prompt_ids, req.max_tokens, "prompt", "max_tokens", chat=False
+        )
 
     return app
 
