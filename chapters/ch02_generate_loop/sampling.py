@@ -19,10 +19,11 @@ Exact agreement needs every decision to be made the same way on both sides:
   are identical, so division by T and the sort are identical too. Only `exp` and summation order
   may differ in the last bit, which can flip a draw only when the uniform lands within ~1e-16 of a
   boundary.
-* The randomness is one uniform number u in [0, 1) per step, computed from
-  `derive_seed(seed, step)` by plain integer arithmetic, not by a library's random generator. The
-  token is found by inverse CDF: the first candidate, in the order above, whose cumulative weight
-  exceeds u times the total weight.
+* The randomness is one uniform number u in [0, 1) per step, drawn in plain Python from
+  `derive_seed(seed, step)`, not from torch's generator (whose streams differ between CPU and GPU,
+  and which one global state would share between requests). The token is found by inverse CDF:
+  the first candidate, in the order above, whose cumulative weight exceeds u times the total
+  weight.
 
 Why a hash for `derive_seed` and not `seed + step`: with `seed + step`, request 2's step 0 uses the
 same randomness as request 1's step 1, request 3's step 0 that of request 1's step 2, and so on:
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 import secrets
 from collections.abc import Sequence
 
@@ -59,8 +61,10 @@ def naive_seed(seed: int, step: int) -> int:
 
 
 def uniform(step_seed: int) -> float:
-    """A float in [0, 1) from a 64-bit seed: its top 53 bits, the precision of a float64."""
-    return (step_seed >> 11) * 2.0**-53
+    """The step's one random number, in [0, 1): the first draw of a generator seeded with the
+    step's seed. Python's Mersenne Twister gives the same float for the same integer seed on every
+    platform and version, and costs no tensor, so both samplers (and any device) share it."""
+    return random.Random(step_seed).random()
 
 
 def fresh_seed() -> int:
@@ -84,8 +88,9 @@ class ReferenceSampler:
             return _greedy(logits)
         t = params.temperature
         scaled = [float(x) / t for x in logits]
-        # Candidates, best first; equal logits keep ascending id order.
-        order = sorted(range(len(scaled)), key=lambda i: (-scaled[i], i))
+        # Candidates, best first. Python's sort is stable even with reverse=True, so equal logits
+        # keep ascending id order.
+        order = sorted(range(len(scaled)), key=scaled.__getitem__, reverse=True)
         if params.top_k > 0:
             order = order[: params.top_k]
         # Unnormalised probabilities exp(l - max); dividing by their sum is left to the draw.
@@ -164,13 +169,11 @@ class TorchSampler:
     ) -> torch.Tensor:
         dev = x.device
         temperature = torch.tensor([p.temperature for p in params], dtype=x.dtype, device=dev)
-        scaled = x / temperature[:, None]
-        # Stable descending sort: equal logits keep ascending id order, as in the reference.
-        scaled, order = scaled.sort(dim=-1, descending=True, stable=True)
-        rank = torch.arange(x.shape[-1], device=dev)
-        # top-k: mask every candidate ranked k or later (top_k = -1 keeps all).
-        top_k = torch.tensor([p.top_k if p.top_k > 0 else x.shape[-1] for p in params], device=dev)
-        keep = rank[None, :] < top_k[:, None]
+        top_k = [p.top_k if p.top_k > 0 else x.shape[-1] for p in params]
+        scaled, ids = _candidates(x / temperature[:, None], top_k)
+        # Unnormalised probabilities exp(l - max); candidates past a row's k (or padding) weigh 0.
+        rank = torch.arange(scaled.shape[-1], device=dev)
+        keep = rank[None, :] < torch.tensor(top_k, device=dev)[:, None]
         weights = torch.exp(scaled - scaled[:, :1]) * keep
         # top-p: keep a candidate while the mass before it is short of p times the total.
         top_p = torch.tensor([p.top_p for p in params], dtype=x.dtype, device=dev)
@@ -184,8 +187,36 @@ class TorchSampler:
         u = torch.tensor([uniform(s) for s in step_seeds], dtype=x.dtype, device=dev)
         target = u * cdf[:, -1]
         # Inverse CDF: the first candidate whose cumulative weight exceeds the target.
-        pick = torch.searchsorted(cdf, target[:, None], right=True).clamp(max=x.shape[-1] - 1)
+        pick = torch.searchsorted(cdf, target[:, None], right=True).clamp(max=cdf.shape[-1] - 1)
         # Rounding could land on a zero-weight tail; step back to the last kept candidate.
         last_kept = (weights > 0).sum(dim=-1, keepdim=True) - 1
         pick = torch.minimum(pick, last_kept)
-        return order.gather(-1, pick).squeeze(-1)
+        return ids.gather(-1, pick).squeeze(-1)
+
+
+def _candidates(scaled: torch.Tensor, top_k: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's candidates sorted by (scaled logit descending, id ascending): values and ids,
+    [B, K]. Without top-k that is a stable sort of the whole vocabulary, which dominates the
+    sampler's time (49,152 entries). With top-k on every row, only the K = max(k) best can be
+    chosen, so it finds them with `topk` and sorts just those.
+
+    `topk` does not say which of several tied values it returns, so it is used only for each row's
+    k-th largest value; the row's k winners are then every value above it plus, of the values equal
+    to it, the lowest ids, exactly the reference's choice."""
+    rows, vocab = scaled.shape
+    k_max = max(top_k)
+    if k_max >= vocab:
+        return scaled.sort(dim=-1, descending=True, stable=True)
+    k = torch.tensor(top_k, device=scaled.device)[:, None]
+    kth = scaled.topk(k_max, dim=-1).values.gather(-1, k - 1)
+    above, tied = scaled > kth, scaled == kth
+    # Of the tied values, take the lowest ids until the row has k: rank the ties by id order.
+    wins = above | (tied & (tied.cumsum(dim=-1) <= k - above.sum(dim=-1, keepdim=True)))
+    # Pack each row's winners, in id order, into K slots; rows with k < K are padded with -inf.
+    slot = (wins.cumsum(dim=-1) - 1).masked_fill(~wins, k_max)  # losers go to a spill slot
+    values = scaled.new_full((rows, k_max + 1), float("-inf"))
+    values.scatter_(-1, slot, scaled)
+    ids = torch.zeros(rows, k_max + 1, dtype=torch.long, device=scaled.device)
+    ids.scatter_(-1, slot, torch.arange(vocab, device=scaled.device).expand(rows, -1))
+    values, order = values[:, :k_max].sort(dim=-1, descending=True, stable=True)
+    return values, ids[:, :k_max].gather(-1, order)
