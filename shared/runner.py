@@ -168,7 +168,9 @@ class EngineRunner(ABC):
 
     @abstractmethod
     def stats(self) -> dict[str, int]:
-        """Counters for /health: at least `running` and `waiting`."""
+        """Counters for /health: at least `running` and `waiting` (requests now), and
+        `requests_finished`, `requests_aborted`, `requests_rejected` and `tokens_generated`
+        (totals since start; tokens are those the engine handed back to the runner)."""
 
     async def aclose(self) -> None:
         """Stop serving: cancel what runs, fail what waits."""
@@ -235,7 +237,9 @@ class OfflineRunner(EngineRunner):
     # ---- hooks for a batching runner (chapter 5) --------------------------------------------
 
     def _take_batch(self) -> list[RequestStream]:
-        """Called with the lock held and at least one request waiting: which to serve next."""
+        """Called with the lock held and at least one request waiting: which to serve next.
+        A batching runner may wait here for more arrivals with `self._cond.wait(timeout)`, which
+        releases the lock while it waits."""
         return [self._waiting.popleft()]
 
     def _serve(self, batch: list[RequestStream]) -> None:
@@ -245,7 +249,7 @@ class OfflineRunner(EngineRunner):
             for event in self.engine.stream(stream.prompt_ids, stream.params, stream.cancel):
                 self._record(event)
                 stream.put(event)
-        except BaseException as exc:  # the consumer re-raises it; the worker lives on
+        except Exception as exc:  # the consumer re-raises it; the worker lives on
             stream.fail(exc)
 
     def _record(self, event: TokenEvent) -> None:
