@@ -35,7 +35,10 @@ def git_state() -> dict[str, Any]:
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
         return {"commit": git("rev-parse", "HEAD"), "dirty": dirty}
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        # The GPU machine gets a copy of the working tree without .git: the command that sends it
+        # there passes the commit in IFS_GIT_COMMIT (and IFS_GIT_DIRTY=1 if the tree had changes).
+        commit = os.environ.get("IFS_GIT_COMMIT")
+        return {"commit": commit, "dirty": None if commit is None else os.environ.get("IFS_GIT_DIRTY") == "1"}
 
 
 def _cpu_model() -> str:
