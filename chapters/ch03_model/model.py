@@ -8,6 +8,7 @@ The call
     model = Llama(ModelConfig.from_hf(hf_config), device=..., dtype=...)
     load_weights(model, state_dict)                  # by Hugging Face name, clear error if wrong
     logits = model(input_ids, positions, attn)       # [B, T] long, [B, T] long -> [B, T, V]
+    logits = model(input_ids, positions, attn, last_only=True)   # -> [B, 1, V], for generation
 
 `positions` holds each token's position in its own sequence, row by row, so rows of one batch may
 be at different places (chapter 5). A negative position marks a padding slot: no query ever sees
@@ -254,7 +255,10 @@ class Llama(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.max_position_embeddings).to(device)
 
-    def forward(self, input_ids: Tensor, positions: Tensor, attn: AttentionBackend) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, positions: Tensor, attn: AttentionBackend, last_only: bool = False
+    ) -> Tensor:
+        """[B, T] ids and positions -> logits [B, T, V], or [B, 1, V] with `last_only`."""
         if input_ids.dim() != 2 or positions.shape != input_ids.shape:
             raise ValueError(
                 f"input_ids and positions must both be [batch, tokens]; got "
@@ -263,6 +267,8 @@ class Llama(nn.Module):
         x = self.embed_tokens(input_ids)  # [B, T, hidden]
         for layer in self.layers:
             x = layer(x, positions, self.rope, attn)
+        if last_only:  # picking the next token needs only the last position's scores; the output
+            x = x[:, -1:]  # projection (hidden x vocab per position) is skipped for the rest
         return self.lm_head(self.norm(x))  # [B, T, vocab]
 
 
