@@ -40,6 +40,7 @@ class StaticKVCache:
         self.values = torch.zeros(shape, device=device, dtype=dtype)
         self.slot_positions = torch.arange(max_len, device=device)[None]  # [1, max_len]
         self.max_len = max_len
+        self.visible = torch.zeros(1, 1, max_len, dtype=torch.bool, device=device)
 
     @classmethod
     def for_model(cls, model: Llama, max_len: int) -> StaticKVCache:
@@ -59,8 +60,9 @@ class StaticKVCache:
         # so the recorded kernel writes wherever `positions` says at replay time.
         self.keys[layer].index_copy_(2, positions[0], k)
         self.values[layer].index_copy_(2, positions[0], v)
-        visible = causal_visibility(positions, self.slot_positions)
-        return attend(q, self.keys[layer], self.values[layer], visible)
+        if layer == 0:  # every layer sees the same slots: build the mask once per forward pass
+            self.visible = causal_visibility(positions, self.slot_positions)
+        return attend(q, self.keys[layer], self.values[layer], self.visible)
 
 
 class DecodeStep:
@@ -99,7 +101,7 @@ class DecodeStep:
         device = self.ids.device
         ids = torch.tensor([prompt_ids], device=device)
         positions = torch.arange(len(prompt_ids), device=device)[None]
-        return self.model(ids, positions, self.cache)[0, -1]
+        return self.model(ids, positions, self.cache, last_only=True)[0, -1]
 
     def __call__(self, token: int, position: int) -> Tensor:
         """Logits [V] for the token after `token`, which sits at `position`. The returned tensor is

@@ -1,0 +1,125 @@
+"""The GPU tables for chapters 1–6, in one device call: every finished chapter's offline benchmark
+(its own 06_benchmark_offline.py, through the shared harness), the online benchmark for chapters 1,
+4 and 5 where their servers exist, and the tour. Each runs as its own process under a time budget
+(a failure or a timeout is recorded, and the rest still runs); their JSON files are combined into
+one, $OUT/gpu_tables.json (results/gpu/ when OUT is unset), with each command, exit status, time and
+output tail as provenance.
+
+    python chapters/ch06_profiling/gpu_tables.py [--budget-s 450] [--tokens 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from chapters.ch06_profiling.report import REPO, out_dir, provenance
+
+OFFLINE = ["ch01_baseline", "ch02_generate_loop", "ch03_model", "ch04_kv_cache",
+           "ch05_static_batching", "ch06_profiling"]
+ONLINE = ["ch01_baseline", "ch04_kv_cache", "ch05_static_batching"]
+
+
+def jobs(tokens: int, tmp: Path) -> list[tuple[str, list[str]]]:
+    """(label, argv) for every benchmark that exists in this checkout, in chapter order."""
+    py, out = sys.executable, ["--out", str(tmp)]
+    found = []
+    for chapter in OFFLINE:
+        script = REPO / "chapters" / chapter / "06_benchmark_offline.py"
+        if script.is_file():
+            found.append((f"{chapter}/offline", [py, str(script), "--tokens", str(tokens), *out]))
+    for chapter in ONLINE:
+        script = REPO / "chapters" / chapter / "06_benchmark_online.py"
+        if script.is_file() and (script.parent / "05_server.py").is_file():
+            found.append((f"{chapter}/online", [py, str(script), "--num-requests", "8", *out]))
+    found.append(("tour", [py, "-m", "shared.tour", "--tokens", str(tokens), *out]))
+    return found
+
+
+def run_all(budget_s: float, tokens: int) -> dict[str, Any]:
+    missing = [m for m in ("requests", "tqdm") if importlib.util.find_spec(m) is None]
+    runs: list[dict[str, Any]] = []
+    results: dict[str, Any] = {}
+    deadline = time.monotonic() + budget_s
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for label, argv in jobs(tokens, tmp):
+            left = deadline - time.monotonic()
+            record: dict[str, Any] = {"label": label, "command": " ".join(argv[1:])}
+            if left < 20:
+                record["skipped"] = "time budget spent"
+                runs.append(record)
+                continue
+            before = set(tmp.glob("*.json"))
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
+                                      timeout=min(left, 150), env={**os.environ, "OUT": str(tmp)})
+                record.update(returncode=proc.returncode, tail=(proc.stdout + proc.stderr)[-2500:])
+            except subprocess.TimeoutExpired as exc:
+                out = (exc.stdout or b"") + (exc.stderr or b"")
+                text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+                record.update(returncode=None, timed_out=True, tail=text[-2500:])
+            record["seconds"] = round(time.monotonic() - t0, 1)
+            for path in sorted(set(tmp.glob("*.json")) - before):
+                results[path.stem] = json.loads(path.read_text())
+                record.setdefault("files", []).append(path.name)
+            runs.append(record)
+            print(f"{label:<32} rc={record.get('returncode')} {record['seconds']:>6}s "
+                  f"{record.get('files', [])}", flush=True)
+    return {"missing_modules": missing, "runs": runs, "results": results}
+
+
+def summary_rows(doc: dict[str, Any]) -> list[str]:
+    """One line per offline result file: each engine's mean tokens/s over the runs."""
+    lines = []
+    for name, body in doc["results"].items():
+        cells = []
+        for e in body.get("engines", []):
+            mean = e.get("summary", {}).get("run_tokens_per_second", {}).get("mean")
+            if isinstance(mean, (int, float)):
+                cells.append(f"{e['label']} {mean:.1f} tok/s")
+        lines.append(f"  {name:<28} {', '.join(cells)[:110]}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-s", type=float, default=450.0)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--list", action="store_true", help="print the commands and exit")
+    args = parser.parse_args()
+    if args.list:
+        for label, argv in jobs(args.tokens, Path("$TMP")):
+            print(f"{label:<32} {' '.join(argv[1:])}")
+        return
+    doc = run_all(args.budget_s, args.tokens)
+    doc["provenance"] = provenance("cuda" if _cuda() else "cpu")
+    path = out_dir("cuda" if _cuda() else "cpu") / "gpu_tables.json"
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    print(f"\nwrote {path}")
+    if doc["missing_modules"]:
+        print(f"missing modules on this machine: {doc['missing_modules']} (the harness needs them)")
+    print(f"{'benchmark':<32}{'rc':>5}{'seconds':>9}  files")
+    for r in doc["runs"]:
+        print(f"{r['label']:<32}{str(r.get('returncode', r.get('skipped', ''))):>5}"
+              f"{r.get('seconds', 0):>9}  {','.join(r.get('files', []))}")
+    print("\n".join(summary_rows(doc)))
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+if __name__ == "__main__":
+    main()
