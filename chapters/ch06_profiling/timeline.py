@@ -145,8 +145,8 @@ def decode_steps(hf_model: torch.nn.Module, context: int, graph: bool) -> dict[s
         ours = from_hf(hf_model)
         for name in ("ours_eager", "ours_graph") if graph else ("ours_eager",):
             step = DecodeStep(ours, StaticKVCache.for_model(ours, bucket(context + 64)))
-            step.prefill(prompt)
             if name == "ours_graph":
-                step.capture()
+                step.capture()  # before the prefill: capturing runs the step at position 0
+            step.prefill(prompt)
             steps[name] = lambda step=step: step(prompt[-1], context).argmax()
     return steps
