@@ -8,6 +8,8 @@ streams and reports identically:
 * `stream()` turns token ids into `TokenEvent`s: incremental text, the stop conditions (EOS unless
   `ignore_eos`, stop strings, max_tokens), cancellation, and the final metrics.
 * `generate()` and `generate_batch()` collect a stream into a `GenerateResult`.
+* `RequestState` is one request's share of that work (stop conditions, text, metrics), so an
+  engine that runs several requests in one batch (chapter 5) stops each of them identically.
 
 Closing the token generator is how generation stops early: a `finally` in the engine frees what the
 request held.
@@ -31,6 +33,63 @@ from shared.text import IncrementalDetokenizer
 
 class PromptTooLongError(ValueError):
     pass
+
+
+class RequestState:
+    """One request's stop conditions, text and metrics while its tokens arrive, one at a time.
+
+    `add(token)` returns the event to send, or None once the request has finished: EOS (unless
+    `ignore_eos`), a stop string, `max_tokens`, or its cancel event set. The finishing token, if
+    it is output, travels in the final event (`BaseOfflineEngine.final_event`)."""
+
+    def __init__(
+        self,
+        prompt_len: int,
+        params: SamplingParams,
+        tokenizer: Any,
+        eos_token_id: int,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.params = params
+        self.cancel = cancel
+        self.eos_token_id = eos_token_id
+        self.metrics = RequestMetrics(input_tokens=prompt_len)
+        self.detok = IncrementalDetokenizer(tokenizer, params.stop)
+        self.start = time.perf_counter()
+        self.finish_reason: FinishReason | None = None
+        self._last_token: int | None = None  # the token that ended the request, if it is output
+        self._last_text = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def add(self, token: int) -> TokenEvent | None:
+        if self.cancel is not None and self.cancel.is_set():
+            self.end("abort")
+            return None
+        if token == self.eos_token_id and not self.params.ignore_eos:
+            self.finish_reason = "stop"
+            return None
+        self.metrics.output_tokens += 1
+        check = self.detok.add(token)
+        if check.stopped or self.metrics.output_tokens >= self.params.max_tokens:
+            self.finish_reason = "stop" if check.stopped else "length"
+            self._last_token = token
+            self._last_text = check.text + ("" if check.stopped else self.detok.flush())
+            return None
+        return TokenEvent(token, check.text)
+
+    def end(self, reason: FinishReason) -> None:
+        """Finish without a token: the engine ran out of tokens ("length"; text held back for a
+        possible stop string is released) or the request was cancelled ("abort")."""
+        self.finish_reason = reason
+        self._last_text = self.detok.flush() if reason == "length" else ""
+
+    def final_event(self) -> TokenEvent:
+        if self.finish_reason is None:
+            raise RuntimeError("the request has not finished")
+        return TokenEvent(self._last_token, self._last_text, self.finish_reason, self.metrics)
 
 
 class BaseOfflineEngine(ABC):
@@ -97,35 +156,32 @@ class BaseOfflineEngine(ABC):
         cancel: threading.Event | None = None,
     ) -> Iterator[TokenEvent]:
         """Yield one event per token made; the last event carries finish_reason and metrics."""
-        self.check_fits(len(prompt_ids), params.max_tokens)
-        metrics = RequestMetrics(input_tokens=len(prompt_ids))
-        detok = IncrementalDetokenizer(self.tokenizer, params.stop)
-        start = time.perf_counter()
-        finish: FinishReason = "length"
-        tokens = self._generate_tokens(list(prompt_ids), params, metrics)
-        last_token: int | None = None  # the token that ended the request, if it is output
-        last_text = ""
+        state = self.new_request(prompt_ids, params, cancel)
+        tokens = self._generate_tokens(list(prompt_ids), params, state.metrics)
         try:
             for token in tokens:
-                if cancel is not None and cancel.is_set():
-                    finish = "abort"
+                event = state.add(token)
+                if event is None:
                     break
-                if token == self.eos_token_id and not params.ignore_eos:
-                    finish = "stop"
-                    break
-                metrics.output_tokens += 1
-                check = detok.add(token)
-                if check.stopped or metrics.output_tokens >= params.max_tokens:
-                    finish = "stop" if check.stopped else "length"
-                    last_token, last_text = token, check.text + ("" if check.stopped else detok.flush())
-                    break
-                yield TokenEvent(token, check.text)
+                yield event
             else:
-                last_text = detok.flush()
+                state.end("length")
         finally:
             tokens.close()  # the engine's `finally` frees what the request held
-        self._finish_metrics(metrics, start)
-        yield TokenEvent(last_token, last_text, finish, metrics)
+        yield self.final_event(state)
+
+    def new_request(
+        self, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event | None = None
+    ) -> RequestState:
+        """Check that the request fits and start tracking it. `stream()` drives one; an engine that
+        serves several requests in one batch (chapter 5) drives one per row."""
+        self.check_fits(len(prompt_ids), params.max_tokens)
+        return RequestState(len(prompt_ids), params, self.tokenizer, self.eos_token_id, cancel)
+
+    def final_event(self, state: RequestState) -> TokenEvent:
+        """The finished request's last event, with its metrics completed."""
+        self._finish_metrics(state.metrics, state.start)
+        return state.final_event()
 
     def _finish_metrics(self, metrics: RequestMetrics, start: float) -> None:
         metrics.total_ms = (time.perf_counter() - start) * 1000
