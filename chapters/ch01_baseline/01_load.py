@@ -10,7 +10,7 @@ tokenizer and a config that says how to wire them together. This script shows ea
 4. the load time, cold (converting the GGUF) versus cached;
 5. the tokenizer: text to ids to pieces and back.
 
-It writes what it found to results/cpu/ch01_load.json (results/gpu/ on a GPU).
+It writes what it found to results/cpu/ch01_load.json (results/gpu/ on a GPU; --no-save skips it).
 
 Run it:  python 01_load.py                 (uses the cache if it exists)
          python 01_load.py --cold          (converts again into a temporary folder to time it)
@@ -33,6 +33,7 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
 parser.add_argument("--cold", action="store_true", help="time a cold conversion in a temporary cache")
 parser.add_argument("--text", default=config.PROMPT + " 🐝", help="text for the tokenizer round-trip")
+parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
 args = parser.parse_args()
 
 MB = 1e6
@@ -119,5 +120,6 @@ print(f"decode(ids) == text: {round_trip == args.text}")
 record["tokenizer"] = {"text": args.text, "ids": ids, "pieces": pieces, "round_trip_equal": round_trip == args.text}
 
 model_info = {"manifest": first.manifest, "manifest_sha256": first.manifest_sha256}
-path = save_results("ch01_load", record, device=str(params[0].device), model=model_info, started=started)
-print(f"\nwrote {path}")
+if not args.no_save:
+    path = save_results("ch01_load", record, device=str(params[0].device), model=model_info, started=started)
+    print(f"\nwrote {path}")

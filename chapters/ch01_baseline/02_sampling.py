@@ -7,7 +7,7 @@ likely tokens (top-k) or to the smallest set whose probabilities add up to p (to
 The script first looks at a single step (the distribution after the prompt, and how each knob
 reshapes it), then generates with each setting side by side. Every sampled row starts from the same
 seed, so the table is the same on every run on the same machine, and rows differ only by the knob.
-It writes both tables to results/cpu/ch01_sampling.json (results/gpu/ on a GPU).
+It writes both tables to results/cpu/ch01_sampling.json (results/gpu/ on a GPU; --no-save skips it).
 
 Run it:  python 02_sampling.py
          python 02_sampling.py --prompt "Once upon a time" --max-tokens 30 --seed 7
@@ -26,6 +26,7 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--prompt", default=PROMPT)
 parser.add_argument("--max-tokens", type=int, default=24)
 parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
 args = parser.parse_args()
 
 started = provenance()  # the machine's state when we began, for the results file
@@ -94,5 +95,6 @@ for label, knobs in settings:
 body = {"prompt": args.prompt, "seed": args.seed, "max_tokens": args.max_tokens,
         "first_step": first_step, "rows": rows}
 model_info = {"manifest": loaded.manifest, "manifest_sha256": loaded.manifest_sha256}
-path = save_results("ch01_sampling", body, device=str(model.device), model=model_info, started=started)
-print(f"\nwrote {path}")
+if not args.no_save:
+    path = save_results("ch01_sampling", body, device=str(model.device), model=model_info, started=started)
+    print(f"\nwrote {path}")
