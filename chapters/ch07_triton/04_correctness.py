@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from chapters.ch07_triton.add import add
-from chapters.ch07_triton.bench import table
+from chapters.ch07_triton.bench import markdown_table, table
 from chapters.ch07_triton.check import passes, poisoned, rel_err, tolerance
 from chapters.ch07_triton.matmul import matmul
 from chapters.ch07_triton.rmsnorm import rmsnorm, rmsnorm_torch
@@ -56,6 +56,13 @@ def case_matmul_swiglu(m: int, k: int, inter: int, dtype: torch.dtype) -> tuple[
     return matmul_swiglu(x, wg.t(), wu.t(), out=poisoned((m, inter), dtype, DEV)), ref
 
 
+def case_matmul_then_swiglu(m: int, k: int, inter: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unfused pair, for comparison: the [M, 2I] GEMM output is rounded to dtype before SwiGLU."""
+    x, w = r(m, k, dtype=dtype), r(2 * inter, k, dtype=dtype)
+    ref = swiglu_torch(x.double() @ w[:inter].double().t(), x.double() @ w[inter:].double().t())
+    return swiglu(matmul(x, w.t())), ref
+
+
 CASES: list[tuple[str, Callable, tuple[int, ...], bool]] = [
     ("add", case_add, (1,), False), ("add", case_add, (4097,), False), ("add", case_add, (100_000,), False),
     ("rmsnorm", case_rmsnorm, (1, 576), False), ("rmsnorm", case_rmsnorm, (33, 100), False),
@@ -64,6 +71,8 @@ CASES: list[tuple[str, Callable, tuple[int, ...], bool]] = [
     ("matmul", case_matmul, (64, 96, 576), True),
     ("swiglu", case_swiglu, (1, 1536), False), ("swiglu", case_swiglu, (17, 100), False),
     ("matmul_swiglu", case_matmul_swiglu, (1, 576, 64), True), ("matmul_swiglu", case_matmul_swiglu, (17, 70, 40), True),
+    ("matmul_swiglu", case_matmul_swiglu, (16, 576, 256), True),
+    ("matmul_then_swiglu", case_matmul_then_swiglu, (16, 576, 256), True),
 ]
 
 
@@ -78,11 +87,13 @@ def main() -> None:
             rows.append({"kernel": name, "shape": "x".join(map(str, shape)), "dtype": str(dtype).split(".")[-1],
                          "rel_err": err, "tolerance": tolerance(dtype, uses_dot), "ok": passes(err, dtype, uses_dot),
                          "seconds": round(time.perf_counter() - start, 3)})
-    print(table(rows, ["kernel", "shape", "dtype", "rel_err", "tolerance", "ok", "seconds"]))
+    columns = ["kernel", "shape", "dtype", "rel_err", "tolerance", "ok", "seconds"]
+    print(table(rows, columns))
     body = {"interpreter": INTERPRET, "reference": "float64 PyTorch on the same (rounded) inputs",
             "metric": "||out - ref|| / ||ref||, outputs NaN-poisoned before each run", "seed": 0,
             "rows": rows, "all_ok": all(row["ok"] for row in rows)}
     path = save_results("ch07_correctness", body, device=DEV)
+    path.with_suffix(".md").write_text(markdown_table(rows, columns))  # the book includes this table
     print(f"all ok: {body['all_ok']}; wrote {path}")
 
 

@@ -86,3 +86,14 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """The same table as `table`, in Markdown, for the book to {{#include}}."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return "" if v is None else str(v)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"

@@ -15,6 +15,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from chapters.ch07_triton.bench import markdown_table  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -53,6 +55,20 @@ def main() -> None:
     out = path.with_suffix(".png")
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")
+    # The tables the book includes (book/src/ch07/gpu.md), from the same JSON.
+    md = path.with_suffix(".md")
+    md.write_text("\n".join([
+        markdown_table([{"what": "copy bandwidth (GB/s)", "value": data["ceilings"]["bandwidth_gbps"]},
+                        {"what": f"cuBLAS bf16 {data['ceilings']['cublas_gemm_size']}^3 (TFLOP/s)",
+                         "value": data["ceilings"]["cublas_tflops"]}], ["what", "value"]),
+        markdown_table(data["gemm"], ["M", "N", "K", "triton_tflops", "torch_tflops", "triton_vs_torch",
+                                      "triton_gbps", "triton_bw_fraction", "rel_err", "ok"]),
+        markdown_table(data["rmsnorm"], ["rows", "cols", "residual", "triton_gbps", "torch_gbps",
+                                         "triton_bw_fraction", "rel_err", "ok"]),
+        markdown_table(data["swiglu"], ["op", "M", "triton_ms", "triton_unfused_ms", "torch_ms", "triton_gbps",
+                                        "rel_err", "ok"]),
+    ]))
+    print(f"wrote {md}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import sys
 import torch
 
 from chapters.ch08_flash_attention.attention import naive_attention, naive_peak_bytes
+from chapters.ch07_triton.bench import markdown_table
 from shared.benchmark.provenance import save_results
 
 HQ, HKV, D = 9, 3, 64
@@ -69,12 +70,15 @@ def main() -> None:
     for t in lengths:
         measured = measure_gpu(t) if gpu else measure_cpu(t)
         formula = naive_peak_bytes(1, HQ, t, t)
-        rows.append({"T": t, "formula_bytes": formula, "measured_bytes": measured, "ratio": measured / formula})
+        rows.append({"T": t, "formula_bytes": formula, "measured_bytes": measured, "ratio": measured / formula,
+                     "formula_MiB": formula / 2**20, "measured_MiB": measured / 2**20})
         print(f"measured T={t:5d}: {measured / 2**20:8.1f} MiB vs formula {formula / 2**20:8.1f} MiB "
               f"(ratio {measured / formula:.2f})")
     body = {"method": "torch.cuda.max_memory_allocated" if gpu else "VmHWM after clear_refs reset minus VmRSS before, fresh process",
             "dtype": "bfloat16" if gpu else "float32", "heads": HQ, "kv_heads": HKV, "head_dim": D, "rows": rows}
-    print(f"wrote {save_results('ch08_naive_memory', body, device='cuda' if gpu else 'cpu')}")
+    path = save_results("ch08_naive_memory", body, device="cuda" if gpu else "cpu")
+    path.with_suffix(".md").write_text(markdown_table(rows, ["T", "formula_MiB", "measured_MiB", "ratio"]))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

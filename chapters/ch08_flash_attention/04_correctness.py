@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from chapters.ch07_triton.bench import table
+from chapters.ch07_triton.bench import markdown_table, table
 from chapters.ch07_triton.check import passes, poisoned, rel_err, tolerance
 from chapters.ch08_flash_attention.attention import blockwise_attention, naive_attention
 from chapters.ch08_flash_attention.flash import flash_attention
@@ -41,12 +41,15 @@ def main() -> None:
                          "blockwise_rel_err": rel_err(blockwise_attention(q, k, v, causal, block=32), ref),
                          "tolerance": tolerance(dtype, uses_dot=True), "ok": passes(err, dtype, uses_dot=True),
                          "flash_seconds": round(seconds, 3)})
-    print(table(rows, ["heads", "Tq", "Tk", "causal", "dtype", "flash_rel_err", "blockwise_rel_err", "tolerance",
-                       "ok", "flash_seconds"]))
+    columns = ["heads", "Tq", "Tk", "causal", "dtype", "flash_rel_err", "blockwise_rel_err", "tolerance", "ok",
+               "flash_seconds"]
+    print(table(rows, columns))
     body = {"interpreter": INTERPRET, "reference": "naive attention in float64 on the same (rounded) inputs",
             "metric": "||out - ref|| / ||ref||, flash output NaN-poisoned before each run", "seed": 0,
             "rows": rows, "all_ok": all(r["ok"] for r in rows)}
-    print(f"all ok: {body['all_ok']}; wrote {save_results('ch08_correctness', body, device=KERNEL_DEVICE)}")
+    path = save_results("ch08_correctness", body, device=KERNEL_DEVICE)
+    path.with_suffix(".md").write_text(markdown_table(rows, columns))  # the book includes this table
+    print(f"all ok: {body['all_ok']}; wrote {path}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from chapters.ch07_triton.bench import markdown_table  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -45,6 +47,11 @@ def main() -> None:
     out = path.with_suffix(".png")
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")
+    md = path.with_suffix(".md")  # the table the book includes (book/src/ch08/gpu.md)
+    md.write_text(markdown_table(data["by_length"], ["T", "triton_ms", "best_sdpa_ms", "triton_over_sdpa", "triton_tflops",
+                                                     "naive_ms", "blockwise_ms", "naive_MiB", "formula_MiB",
+                                                     "triton_MiB", "all_ok"]))
+    print(f"wrote {md}")
 
 
 if __name__ == "__main__":
