@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -191,15 +191,17 @@ class BaseOfflineEngine(ABC):
     def generate(self, prompt: str | list[int], params: SamplingParams | None = None) -> GenerateResult:
         params = params or SamplingParams(max_tokens=config.BENCHMARK_TOKENS)
         prompt_ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        return self.collect(self.stream(prompt_ids, params))
+
+    def collect(self, events: Iterable[TokenEvent]) -> GenerateResult:
+        """One request's events, up to the final one, as a `GenerateResult`."""
         ids: list[int] = []
         text: list[str] = []
-        for event in self.stream(prompt_ids, params):
-            if event.token_id is not None and event.finish_reason is None:
+        for event in events:
+            if event.token_id is not None:  # the final event's token, if any, is output too
                 ids.append(event.token_id)
             text.append(event.text)
             if event.finish_reason is not None:
-                if event.token_id is not None:
-                    ids.append(event.token_id)
                 return GenerateResult(
                     "".join(text), ids, event.finish_reason, event.metrics, self.provenance()
                 )
@@ -209,7 +211,15 @@ class BaseOfflineEngine(ABC):
         self, prompts: Sequence[str | list[int]], params: SamplingParams | Sequence[SamplingParams]
     ) -> list[GenerateResult]:
         """One after another; chapter 5 overrides this with a real padded batch."""
-        per_row = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-        if len(per_row) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(per_row)} SamplingParams")
+        per_row = per_row_params(prompts, params)
         return [self.generate(p, sp) for p, sp in zip(prompts, per_row)]
+
+
+def per_row_params(
+    prompts: Sequence[object], params: SamplingParams | Sequence[SamplingParams]
+) -> list[SamplingParams]:
+    """One SamplingParams per prompt: the same for all, or one each (counted)."""
+    per_row = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+    if len(per_row) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(per_row)} SamplingParams")
+    return per_row
