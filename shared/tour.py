@@ -26,6 +26,7 @@ from shared.model import load_model
 # (chapter, "module:EngineClass"), in chapter order; the first is the reference.
 TOUR: list[tuple[str, str]] = [
     ("ch01_baseline", "chapters.ch01_baseline.engine:BaselineEngine"),
+    ("ch02_generate_loop", "chapters.ch02_generate_loop.engine:GenerateLoopEngine"),
 ]
 
 
