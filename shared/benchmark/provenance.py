@@ -90,7 +90,8 @@ def provenance(notes: str = "") -> dict[str, Any]:
         "git": git_state(),
         "machine": machine(),
         "libraries": library_versions(),
-        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        # orig_argv keeps `-m shared.tour` as typed (argv[0] would be the module's file path).
+        "command": shlex.join([Path(sys.orig_argv[0]).name, *sys.orig_argv[1:]]),
         "cwd": os.getcwd(),
         "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
