@@ -76,6 +76,7 @@ class DecodeStep:
         self.positions = torch.zeros(1, 1, dtype=torch.long, device=device)
         self.logits: Tensor | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.owner: object | None = None  # the request whose keys the cache holds now
 
     def _forward(self) -> Tensor:
         return self.model(self.ids, self.positions, self.cache)[:, -1]

@@ -1,0 +1,95 @@
+"""Chapter 6's engine: chapter 4's, with the batch-1 decode step captured in a CUDA graph.
+
+The profile (02_profile_step.py, 03_host_overhead.py) shows that on a GPU a decode step of this
+small model is mostly host work: thousands of PyTorch ops, each a Python call and a kernel launch
+taking longer than the kernel itself, with the GPU idle in between. A CUDA graph records the step's
+kernels once and replays them with one launch per step (graph.py says what that demands: static
+buffers, a cache allocated once, positions in a device tensor, attention over the whole cache with
+a mask).
+
+What changes against chapter 4: the cache (a `StaticKVCache` per size bucket, shared by the
+requests this engine serves one after another, instead of one cache per request) and the decode
+step (a replay instead of a forward pass). The prefill still runs eagerly: its length varies with
+every prompt. The loop, the samplers, the stop conditions and the metrics are untouched.
+
+On a CPU there is nothing to capture: the same static step runs eagerly, so the CPU checks that the
+arithmetic the graph records gives chapter 4's tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from chapters.ch02_generate_loop.sampling import ReferenceSampler, TorchSampler
+from chapters.ch04_kv_cache.engine import KVCacheEngine
+from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket
+from shared.model import LoadedModel
+
+
+@dataclass
+class GraphSequence:
+    """A request as the loop sees it, plus the static step (and cache) it is running on."""
+
+    token_ids: list[int]
+    num_prompt_tokens: int
+    step: DecodeStep | None = None
+
+
+class CudaGraphEngine(KVCacheEngine):
+    name = "ch06_cuda_graph"
+
+    def __init__(
+        self,
+        model: str | LoadedModel | None = None,
+        device: str | None = None,
+        sampler: ReferenceSampler | TorchSampler | None = None,
+    ) -> None:
+        super().__init__(model, device, sampler)
+        self.use_graphs = self.device.type == "cuda"
+        self.implementation = (
+            "ch03 Llama, static KV cache, decode step "
+            + ("replayed from a CUDA graph" if self.use_graphs else "run eagerly (CPU: no graphs)")
+        )
+        self._steps: dict[int, DecodeStep] = {}  # cache length -> its step (and graph)
+
+    def step_for(self, tokens: int) -> DecodeStep:
+        """The static step whose cache holds `tokens` positions, built (and captured) on first use.
+        Capturing costs a few warm-up passes, once per bucket for the engine's lifetime."""
+        size = bucket(tokens)
+        if size > self.max_context:
+            raise ValueError(f"{tokens} positions do not fit the model's context of {self.max_context}")
+        if size not in self._steps:
+            step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size))
+            if self.use_graphs:
+                step.capture()
+            self._steps[size] = step
+        return self._steps[size]
+
+    def new_sequence(self, prompt_ids: list[int]) -> GraphSequence:
+        return GraphSequence(list(prompt_ids), len(prompt_ids))
+
+    def next_logits(self, seq: GraphSequence) -> tuple[torch.Tensor, int]:
+        """Prefill on the first call (eager: the prompt's length varies), then one replayed step
+        per token. When the sequence outgrows its bucket it moves to the next one, cache copied."""
+        if seq.step is None:
+            seq.step = self.step_for(len(seq.token_ids) + 1)
+            seq.step.owner = seq
+            return seq.step.prefill(seq.token_ids), len(seq.token_ids)
+        position = len(seq.token_ids) - 1  # the newest token's position: its K, V go there
+        if seq.step.owner is not seq:
+            raise RuntimeError(
+                "another request used this engine's static cache in the middle of this one; "
+                "CudaGraphEngine serves one request at a time")
+        if position >= seq.step.cache.max_len:
+            seq.step = self._grow(seq.step, position + 1, seq)
+        return seq.step(seq.token_ids[-1], position), 1
+
+    def _grow(self, old: DecodeStep, tokens: int, seq: GraphSequence) -> DecodeStep:
+        new = self.step_for(tokens)
+        n = old.cache.max_len
+        new.cache.keys[:, :, :, :n].copy_(old.cache.keys)
+        new.cache.values[:, :, :, :n].copy_(old.cache.values)
+        new.owner = seq
+        return new
