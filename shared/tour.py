@@ -48,6 +48,7 @@ def select(chapters: Sequence[str] | None) -> list[tuple[str, str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = offline_parser(__doc__)
+    p.prog = "python -m shared.tour"
     p.set_defaults(runs=2)
     p.add_argument("--chapters", nargs="+", help="chapters to include (chapter 1 always is)")
     args = parse(p, argv)
