@@ -1,0 +1,11 @@
+"""Suite-wide settings.
+
+One torch thread: on a small shared machine (2 cores, CI or a developer's box with other work on
+it) torch's default of one thread per core made every model step about 10x slower through
+oversubscription (results/cpu/ch01_offline_torch_default_threads.json). Tests measure correctness,
+not speed, so they take the setting that is fast everywhere.
+"""
+
+import torch
+
+torch.set_num_threads(1)
