@@ -39,8 +39,9 @@ def test_manifest_says_what_was_loaded(real: LoadedModel) -> None:
     assert m["source_sha256"] == sha256_file(default_gguf_path())
     assert "Q4_1" in m["weights"] and "dequantised" in m["weights"]
     assert m["architecture"] == "LlamaForCausalLM"
-    assert m["dtype"] == "float32"
-    assert m["device"] == "cpu"
+    # float32 on a CPU, bfloat16 on a GPU: the tests also run on the GPU machine.
+    assert m["device"] == config.DEVICE
+    assert m["dtype"] == str(config.dtype_for(config.DEVICE)).removeprefix("torch.")
     assert m["parameters"] == sum(p.numel() for p in real.model.parameters())
     assert round(m["parameters"] / 1e6, 1) == 134.5
     assert HEX64.fullmatch(m["parameter_digest"])
@@ -51,8 +52,10 @@ def test_manifest_says_what_was_loaded(real: LoadedModel) -> None:
 
 
 def test_stored_parameter_digest_matches_the_weights(real: LoadedModel) -> None:
-    # The digest is computed once at conversion and stored; it must describe these exact weights.
-    assert real.manifest["parameter_digest"] == model_module.parameter_digest(real.model)
+    # The digest is computed once, over the converted float32 weights, and stored with them; a
+    # float32 load must reproduce it exactly.
+    fp32 = real if real.manifest["dtype"] == "float32" else load_model(device="cpu")
+    assert fp32.manifest["parameter_digest"] == model_module.parameter_digest(fp32.model)
 
 
 def test_config_matches_the_design_facts(real: LoadedModel) -> None:
@@ -95,11 +98,12 @@ def test_second_load_uses_the_cache_and_gives_the_same_manifest(
 
 
 def test_manifest_differs_when_the_dtype_differs(real: LoadedModel) -> None:
-    bf16 = load_model(dtype=torch.bfloat16)
-    assert bf16.manifest["dtype"] == "bfloat16"
-    assert next(bf16.model.parameters()).dtype == torch.bfloat16
-    assert bf16.manifest["source_sha256"] == real.manifest["source_sha256"]
-    assert bf16.manifest_sha256 != real.manifest_sha256
+    other_dtype = torch.float16 if real.manifest["dtype"] == "bfloat16" else torch.bfloat16
+    other = load_model(device=real.manifest["device"], dtype=other_dtype)
+    assert other.manifest["dtype"] == str(other_dtype).removeprefix("torch.")
+    assert next(other.model.parameters()).dtype == other_dtype
+    assert other.manifest["source_sha256"] == real.manifest["source_sha256"]
+    assert other.manifest_sha256 != real.manifest_sha256
 
 
 @pytest.fixture
@@ -161,8 +165,12 @@ def test_corrupt_file_says_how_to_install(
     assert not cache.exists() or not any(cache.rglob("complete.json"))
 
 
-def test_tiny_model_is_a_small_llama_with_the_real_tokenizer(real: LoadedModel) -> None:
-    tiny = tiny_model(seed=0)
+@pytest.fixture(scope="module")
+def tiny() -> LoadedModel:
+    return tiny_model(seed=0)
+
+
+def test_tiny_model_is_a_small_llama_with_the_real_tokenizer(real: LoadedModel, tiny: LoadedModel) -> None:
     assert tiny.manifest["source"] == "random"
     assert tiny.manifest["parameters"] < 5_000_000
     assert tiny.manifest["tokenizer_sha256"] == real.manifest["tokenizer_sha256"]
@@ -174,8 +182,8 @@ def test_tiny_model_is_a_small_llama_with_the_real_tokenizer(real: LoadedModel) 
     assert torch.isfinite(logits).all()
 
 
-def test_tiny_model_weights_depend_only_on_the_seed() -> None:
-    a, b, c = tiny_model(seed=0), tiny_model(seed=0), tiny_model(seed=1)
+def test_tiny_model_weights_depend_only_on_the_seed(tiny: LoadedModel) -> None:
+    a, b, c = tiny, tiny_model(seed=0), tiny_model(seed=1)
     digest = model_module.parameter_digest
     assert digest(a.model) == digest(b.model)
     assert digest(a.model) != digest(c.model)
