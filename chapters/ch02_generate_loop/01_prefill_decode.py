@@ -74,7 +74,7 @@ engine.generate(args.prompt, SamplingParams(temperature=0.0, max_tokens=4))  # w
 engine.steps = []
 result = engine.generate(args.prompt, params)
 m = result.metrics
-steps = engine.steps
+steps = list(engine.steps)  # the sweep below calls next_logits too
 print(f"prompt {m.input_tokens} tokens, {m.output_tokens} new tokens, {m.positions_processed} positions "
       f"processed ({m.positions_processed / m.output_tokens:.1f} per token)")
 print(f"TTFT {m.ttft_ms:.1f} ms   TPOT {m.tpot_ms:.1f} ms   total {m.total_ms / 1000:.1f} s")
