@@ -45,8 +45,10 @@ class CudaGraphEngine(KVCacheEngine):
         model: str | LoadedModel | None = None,
         device: str | None = None,
         sampler: ReferenceSampler | TorchSampler | None = None,
+        min_cache_len: int = 256,
     ) -> None:
         super().__init__(model, device, sampler)
+        self.min_cache_len = min_cache_len  # the smallest bucket; tests use a small one
         self.use_graphs = self.device.type == "cuda"
         self.implementation = (
             "ch03 Llama, static KV cache, decode step "
@@ -57,7 +59,7 @@ class CudaGraphEngine(KVCacheEngine):
     def step_for(self, tokens: int) -> DecodeStep:
         """The static step whose cache holds `tokens` positions, built (and captured) on first use.
         Capturing costs a few warm-up passes, once per bucket for the engine's lifetime."""
-        size = bucket(tokens)
+        size = bucket(tokens, self.min_cache_len)
         if size > self.max_context:
             raise ValueError(f"{tokens} positions do not fit the model's context of {self.max_context}")
         if size not in self._steps:
