@@ -6,11 +6,12 @@ A static batch computes a full rectangle. Two things in it serve no request:
 * finished rows in the decode steps: a row that reached EOS or its max_tokens rides along until the
   batch's last row finishes, computed and thrown away (the engine feeds it as padding).
 
-This file serves the same 16 chat requests (prompts from 10 to ~100 tokens, max_tokens between 4
-and 32, greedy, stopping at EOS) in batches of 4 and of 16, the requests taken in arrival order or
-sorted by prompt length first, and counts from the engine's `BatchStats` the positions computed,
+This file serves the same 16 chat requests (prompts of about 30 to 90 tokens, the chat template
+included; max_tokens between 4 and 32, greedy, stopping at EOS) in batches of 4 and of 16, the
+requests taken in arrival order or sorted by prompt length first, and counts from the engine's `BatchStats` the positions computed,
 the positions needed (prompt tokens, plus one per decode step of a live row), and the two kinds of
-waste. Batch 1 wastes nothing by construction.
+waste. Batch 1 wastes nothing by construction. With 16 requests, batch 16 is one batch whatever
+the order: its two runs do the same work, so their wall times show the machine's noise.
 
 Hypothesis: waste grows with batch size (a bigger rectangle is more likely to hold one long prompt
 and one long answer), and sorting by length cuts the padding part but not the finished-rows part
