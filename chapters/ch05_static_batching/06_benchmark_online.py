@@ -1,7 +1,8 @@
 """Chapter 5's online benchmark: the head-of-line cost, over HTTP, under Poisson arrivals.
 
 Two servers, each launched with uvicorn on a free port and stopped afterwards, receive the same
-requests at the same seeded Poisson arrival times (--rate, requests per second; default 0.5 and 1):
+requests at the same seeded Poisson arrival times (--rate, requests per second; default 0.5 and 1
+on a CPU, 2 and 8 where a GPU is present, so that requests queue on both machines):
 
 * chapter 4's server (chapters/ch04_kv_cache/05_server.py): one request at a time;
 * chapter 5's server (05_server.py here): the request batcher, IFS_MAX_BATCH (--max-batch) rows,
@@ -22,6 +23,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from shared.benchmark import launch_server, provenance, run_load, save_results, serve_table
 from shared.benchmark.cli import online_args
 from shared.benchmark.online import server_models
@@ -39,7 +42,7 @@ extra.add_argument("--max-batch", type=int, default=8)
 extra.add_argument("--max-wait-ms", type=float, default=20.0)
 known, rest = extra.parse_known_args()
 args = online_args(__doc__ + "\nalso: --max-batch N (default 8), --max-wait-ms MS (default 20)", rest)
-rates = args.rate or [0.5, 1.0]
+rates = args.rate or ([2.0, 8.0] if torch.cuda.is_available() else [0.5, 1.0])
 missing = [str(folder / "05_server.py") for folder in SERVERS.values() if not (folder / "05_server.py").is_file()]
 if missing:
     raise SystemExit(f"no server to launch: {', '.join(missing)} does not exist")
