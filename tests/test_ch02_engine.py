@@ -198,3 +198,31 @@ def test_derive_seed_is_what_the_engine_uses(engine: GenerateLoopEngine) -> None
     params = SamplingParams(temperature=1.0, seed=42)
     expected = engine.token_sampler.sample(logits, params, derive_seed(42, 3))
     assert engine.select(logits, params, 42, 3) == expected
+
+
+# ---- through the shared server -----------------------------------------------------------------
+
+
+def test_server_reports_the_new_metrics(engine: GenerateLoopEngine) -> None:
+    """The unchanged server serves chapter 2: its `metrics` object, next to `usage`, now carries
+    TTFT, TPOT, positions processed and the time split; a sampled request without a seed gets
+    its seed back."""
+    from fastapi.testclient import TestClient
+
+    from shared.server import make_app
+
+    with TestClient(make_app(engine)) as client:
+        body = client.post("/v1/completions", json={
+            "prompt": "Hello there", "max_tokens": 4, "temperature": 0, "ignore_eos": True}).json()
+        assert body["usage"]["completion_tokens"] == 4
+        m = body["metrics"]
+        n = body["usage"]["prompt_tokens"]
+        assert m["positions_processed"] == sum(n + t for t in range(4))
+        assert {"ttft_ms", "tpot_ms", "forward_ms", "selection_ms", "other_ms"} <= set(m)
+        sampled = client.post("/v1/completions", json={
+            "prompt": "Hello there", "max_tokens": 4, "temperature": 0.8, "ignore_eos": True}).json()
+        seed = sampled["metrics"]["seed"]
+        again = client.post("/v1/completions", json={
+            "prompt": "Hello there", "max_tokens": 4, "temperature": 0.8, "ignore_eos": True,
+            "seed": seed}).json()
+        assert again["choices"][0]["text"] == sampled["choices"][0]["text"]

@@ -96,6 +96,8 @@ class GenerateLoopEngine(BaselineEngine):
     ) -> Iterator[int]:
         seed = self._request_seed(params, metrics)
         seq = self.new_sequence(prompt_ids)
+        # TTFT counts from here, when the engine starts the request (stream() starts its clock for
+        # total_ms microseconds earlier); a server adds its queueing time on top.
         start = time.perf_counter()
         first_token_at = 0.0
         for step in range(params.max_tokens):
