@@ -62,6 +62,7 @@ class StepTimedEngine(GenerateLoopEngine):
     def next_logits(self, seq: Sequence) -> tuple[torch.Tensor, int]:
         start = time.perf_counter()
         logits, positions = super().next_logits(seq)
+        self._synchronize()  # on a GPU, wait for the kernels before reading the clock
         self.steps.append((positions, (time.perf_counter() - start) * 1000))
         return logits, positions
 
@@ -93,6 +94,7 @@ for _ in range(args.rounds):
         with torch.inference_mode():
             start = time.perf_counter()
             engine.next_logits(seq)
+            engine._synchronize()
             times[n].append((time.perf_counter() - start) * 1000)
 median = {n: statistics.median(t) for n, t in times.items()}
 # Least-squares line through the medians: ms = intercept + slope * positions.

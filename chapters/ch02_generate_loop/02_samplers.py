@@ -44,8 +44,11 @@ started = provenance(args.notes)
 loaded = load_model(args.model)
 ids = torch.tensor([loaded.tokenizer.encode(args.prompt)], device=loaded.model.device)
 with torch.inference_mode():
+    loaded.model(ids, use_cache=False)  # warm-up: the first call pays one-time costs
     start = time.perf_counter()
     logits = loaded.model(ids, use_cache=False).logits[0, -args.rows :].float()  # [rows, vocab]
+    if logits.is_cuda:
+        torch.cuda.synchronize()  # the kernels run asynchronously: wait before reading the clock
     forward_ms = (time.perf_counter() - start) * 1000
 rows = [row.tolist() for row in logits]
 print(f"{logits.shape[0]} rows of real logits, vocabulary {logits.shape[1]}, "
