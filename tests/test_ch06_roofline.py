@@ -147,3 +147,13 @@ def test_timeline_counts_top_level_ops(tiny):
     # 3 layers of norm, projections, rope, attention, MLP: dozens of ops, but not every nested one.
     assert 30 < summary["aten_ops_per_step"] < 400
     assert summary["wall_per_step_s"] > 0 and summary["matmul_cpu_self_s_per_step"] > 0
+
+
+def test_gpu_tables_finds_the_chapters_benchmarks(tmp_path):
+    from chapters.ch06_profiling import gpu_tables
+
+    labels = [label for label, _ in gpu_tables.jobs(64, tmp_path)]
+    assert "ch01_baseline/offline" in labels and "ch01_baseline/online" in labels
+    assert labels[-1] == "tour"
+    for _, argv in gpu_tables.jobs(64, tmp_path):
+        assert argv[-2:] == ["--out", str(tmp_path)]  # every result lands where it is collected
