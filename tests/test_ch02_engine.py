@@ -49,9 +49,9 @@ class ScriptedEngine(GenerateLoopEngine):
         self.script = script
         self.vocab = loaded.model.config.vocab_size
 
-    def new_sequence(self, prompt_ids: list[int]) -> Sequence:
+    def new_sequence(self, prompt_ids: list[int], *args: object) -> Sequence:
         self.prompt_len = len(prompt_ids)
-        return super().new_sequence(prompt_ids)
+        return super().new_sequence(prompt_ids, *args)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         logits = torch.zeros(input_ids.shape[0], self.vocab)

@@ -10,7 +10,8 @@ The loop is split into hooks so later chapters replace one part each:
 * `forward(input_ids)`: the model. Chapter 3 swaps in its hand-written transformer.
 * `next_logits(seq)`: what a step feeds the model. Here, every token so far; chapter 4 feeds only
   the newest token and reads the rest from a cache it keeps in its `Sequence`.
-* `new_sequence(prompt_ids)`: the per-request state that `next_logits` works on.
+* `new_sequence(prompt_ids, params, metrics)`: the per-request state that `next_logits` works on
+  (chapter 4 allocates the request's KV cache here and records its size in the metrics).
 * `select(logits, params, seed, step)`: the sampler. Chapter 5 batches it with
   `TorchSampler.sample_batch`.
 
@@ -69,7 +70,9 @@ class GenerateLoopEngine(BaselineEngine):
         projection (576 x 49,152 per position) runs once, not T times."""
         return self.loaded.model(input_ids, use_cache=False, logits_to_keep=1).logits[:, -1]
 
-    def new_sequence(self, prompt_ids: list[int]) -> Sequence:
+    def new_sequence(
+        self, prompt_ids: list[int], params: SamplingParams, metrics: RequestMetrics
+    ) -> Sequence:
         return Sequence(list(prompt_ids), len(prompt_ids))
 
     def next_logits(self, seq: Sequence) -> tuple[torch.Tensor, int]:
@@ -95,7 +98,7 @@ class GenerateLoopEngine(BaselineEngine):
         self, prompt_ids: list[int], params: SamplingParams, metrics: RequestMetrics
     ) -> Iterator[int]:
         seed = self._request_seed(params, metrics)
-        seq = self.new_sequence(prompt_ids)
+        seq = self.new_sequence(prompt_ids, params, metrics)
         # TTFT counts from here, when the engine starts the request (stream() starts its clock for
         # total_ms microseconds earlier); a server adds its queueing time on top.
         start = time.perf_counter()

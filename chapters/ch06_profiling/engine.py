@@ -25,6 +25,7 @@ import torch
 from chapters.ch02_generate_loop.sampling import ReferenceSampler, TorchSampler
 from chapters.ch04_kv_cache.engine import KVCacheEngine
 from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket
+from shared.contracts import RequestMetrics, SamplingParams
 from shared.model import LoadedModel
 
 
@@ -69,7 +70,9 @@ class CudaGraphEngine(KVCacheEngine):
             self._steps[size] = step
         return self._steps[size]
 
-    def new_sequence(self, prompt_ids: list[int]) -> GraphSequence:
+    def new_sequence(
+        self, prompt_ids: list[int], params: SamplingParams, metrics: RequestMetrics
+    ) -> GraphSequence:
         return GraphSequence(list(prompt_ids), len(prompt_ids))
 
     def next_logits(self, seq: GraphSequence) -> tuple[torch.Tensor, int]:
