@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 import torch
 
+from chapters.ch04_kv_cache.cache import CacheMisuseError
+from chapters.ch05_static_batching.batch_cache import BatchKVCache
 from chapters.ch05_static_batching.engine import BatchStats, StaticBatchEngine, left_pad
 from shared.contracts import GenerateResult, SamplingParams, TokenEvent
 from shared.engine import PromptTooLongError
@@ -278,3 +280,17 @@ def test_real_model_seeded_rows_equal_solo_runs(real: Recording) -> None:
     prompts = [real.encode("According to all known laws of aviation"), real.encode("Once upon a time")]
     params = [SamplingParams(temperature=0.8, top_p=0.95, max_tokens=12, ignore_eos=True, seed=s) for s in (1, 2)]
     assert_rows_equal_solo(real, prompts, params)
+
+
+def test_the_batch_cache_keeps_chapter_4s_guard_and_skips_padding(tiny: Recording) -> None:
+    cache = BatchKVCache.for_model(tiny.model, rows=2, capacity=3, limit=6)
+    ids, positions = left_pad([[5, 6, 7], [8]], pad_id=0)
+    with torch.inference_mode():
+        tiny.model(ids, positions, cache)
+        assert cache.lengths.tolist() == [3, 1]  # padding is counted nowhere
+        tiny.model(torch.tensor([[9], [9]]), torch.tensor([[3], [-1]]), cache)  # row 1 finished
+        assert cache.lengths.tolist() == [4, 1] and cache.capacity == 6  # grew (doubling, capped)
+        with pytest.raises(CacheMisuseError, match="row 1 holds 1 positions"):
+            tiny.model(torch.tensor([[9], [9]]), torch.tensor([[4], [2]]), cache)  # row 1 skips 1
+        with pytest.raises(CacheMisuseError, match="limit of 6"):
+            tiny.model(torch.tensor([[9, 9, 9]] * 2), torch.tensor([[4, 5, 6], [-1, -1, -1]]), cache)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from chapters.ch02_generate_loop.sampling import derive_seed
-from chapters.ch03_model.engine import ModelEngine as PreviousEngine  # chapter 4's, once it lands
+from chapters.ch04_kv_cache.engine import KVCacheEngine
 from chapters.ch05_static_batching.batch_cache import BatchKVCache
 from shared.contracts import GenerateResult, SamplingParams, TokenEvent
 from shared.engine import RequestState, per_row_params
@@ -70,8 +70,9 @@ def left_pad(
     return ids.to(device), positions.to(device)
 
 
-class StaticBatchEngine(PreviousEngine):
+class StaticBatchEngine(KVCacheEngine):
     name = "ch05_static_batching"
+    implementation = "ch03 hand-written Llama (PyTorch), contiguous KV cache, static batches"
 
     def stream_batch(
         self,
