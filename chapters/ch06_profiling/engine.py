@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from chapters.ch02_generate_loop.engine import Sequence
 from chapters.ch02_generate_loop.sampling import ReferenceSampler, TorchSampler
 from chapters.ch04_kv_cache.engine import KVCacheEngine
 from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket
@@ -30,12 +31,12 @@ from shared.model import LoadedModel
 
 
 @dataclass
-class GraphSequence:
-    """A request as the loop sees it, plus the static step (and cache) it is running on."""
+class GraphSequence(Sequence):
+    """A request plus the static step (and cache) it runs on, and its metrics (for the cache's
+    size, which changes when the sequence moves to a bigger bucket)."""
 
-    token_ids: list[int]
-    num_prompt_tokens: int
     step: DecodeStep | None = None
+    metrics: RequestMetrics | None = None
 
 
 class CudaGraphEngine(KVCacheEngine):
@@ -73,7 +74,10 @@ class CudaGraphEngine(KVCacheEngine):
     def new_sequence(
         self, prompt_ids: list[int], params: SamplingParams, metrics: RequestMetrics
     ) -> GraphSequence:
-        return GraphSequence(list(prompt_ids), len(prompt_ids))
+        # No cache yet: the first next_logits() picks the bucket the prompt fits, and the sequence
+        # moves up a bucket only if it grows that long (a cache sized for max_tokens up front
+        # would make every step attend over slots most requests never fill).
+        return GraphSequence(list(prompt_ids), len(prompt_ids), metrics=metrics)
 
     def next_logits(self, seq: GraphSequence) -> tuple[torch.Tensor, int]:
         """Prefill on the first call (eager: the prompt's length varies), then one replayed step
@@ -81,6 +85,7 @@ class CudaGraphEngine(KVCacheEngine):
         if seq.step is None:
             seq.step = self.step_for(len(seq.token_ids) + 1)
             seq.step.owner = seq
+            self._record_cache(seq)
             return seq.step.prefill(seq.token_ids), len(seq.token_ids)
         position = len(seq.token_ids) - 1  # the newest token's position: its K, V go there
         if seq.step.owner is not seq:
@@ -89,7 +94,13 @@ class CudaGraphEngine(KVCacheEngine):
                 "CudaGraphEngine serves one request at a time")
         if position >= seq.step.cache.max_len:
             seq.step = self._grow(seq.step, position + 1, seq)
+            self._record_cache(seq)
         return seq.step(seq.token_ids[-1], position), 1
+
+    @staticmethod
+    def _record_cache(seq: GraphSequence) -> None:
+        if seq.metrics is not None and seq.step is not None:
+            seq.metrics.kv_cache_bytes = seq.step.cache.nbytes
 
     def _grow(self, old: DecodeStep, tokens: int, seq: GraphSequence) -> DecodeStep:
         new = self.step_for(tokens)
