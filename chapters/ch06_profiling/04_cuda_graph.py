@@ -142,12 +142,11 @@ def main() -> None:
     print(f"wrote {write_json('ch06_cuda_graph.json', result, args.device)}")
     print(f"{'step':<16}{'ms/step':>10}{'speed-up':>10}{'max |dlogit|':>14}")
     for name, v in result["variants"].items():
-        print(f"{name:<16}{v['median_step_s'] * 1e3:>10.3f}{eager_s / v['median_step_s']:>10.2f}"
+        # torch.compile ran in a child process: its speed-up is against eager steps alternating
+        # with it there, not against this process's eager steps taken minutes earlier.
+        speedup = v.get("speedup_vs_eager_alternating", eager_s / v["median_step_s"])
+        print(f"{name:<16}{v['median_step_s'] * 1e3:>10.3f}{speedup:>10.2f}"
               f"{v['max_abs_logit_diff_vs_eager']:>14.2e}")
-    if "torch_compile" in result["variants"]:
-        v = result["variants"]["torch_compile"]
-        print(f"torch.compile vs eager, alternating in one process: "
-              f"{v['speedup_vs_eager_alternating']:.2f}x")
     for key in ("capture_s", "compile_s", "compile_error"):
         if key in result:
             print(f"{key}: {result[key]}")

@@ -122,12 +122,14 @@ def decode_steps(hf_model: torch.nn.Module, context: int, graph: bool) -> dict[s
     """Batch-1 decode steps at `context` tokens of cache, ready to call repeatedly:
 
     * `hf_eager`: the library's forward with its dynamic cache (grows by one slot per call);
+    * `ch04_eager`: chapter 4's step: chapter 3's model over chapter 4's contiguous cache;
     * `ours_eager`: chapter 3's model over the static cache, as an engine would run it;
     * `ours_graph`: the same step replayed from a CUDA graph (GPU only, `graph=True`).
     Each call also picks the greedy token on the device, as an engine step does."""
     from transformers import DynamicCache
 
     from chapters.ch03_model.model import from_hf
+    from chapters.ch04_kv_cache.cache import KVCache
     from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket
     from chapters.ch06_profiling.roofline import _cache_kwarg
 
@@ -143,6 +145,19 @@ def decode_steps(hf_model: torch.nn.Module, context: int, graph: bool) -> dict[s
         nxt = torch.tensor([[prompt[-1]]], device=device)
         steps["hf_eager"] = lambda: hf_model(nxt, use_cache=True, **{key: cache}).logits.argmax(-1)
         ours = from_hf(hf_model)
+        # Chapter 4's step. Its cache accepts only the next position, so each call first rewinds
+        # the cache by one position: every call writes the same slot, as a real step would.
+        kv = KVCache.for_model(ours, rows=1, max_len=context + 1)
+        ours(torch.tensor([prompt[:-1]], device=device),
+             torch.arange(context - 1, device=device)[None], kv, last_only=True)
+        last = torch.tensor([[prompt[-1]]], device=device)
+        position = torch.tensor([[context - 1]], device=device)
+
+        def ch04_step() -> torch.Tensor:
+            kv.lengths.fill_(context - 1)
+            return ours(last, position, kv, last_only=True)[0, -1].argmax()
+
+        steps["ch04_eager"] = ch04_step
         for name in ("ours_eager", "ours_graph") if graph else ("ours_eager",):
             step = DecodeStep(ours, StaticKVCache.for_model(ours, bucket(context + 64)))
             if name == "ours_graph":
