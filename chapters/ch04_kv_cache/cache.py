@@ -55,6 +55,9 @@ class KVCache:
         self.max_len = max_len
         # Positions each row holds: the guard against reading keys that belong to someone else.
         self.lengths = torch.zeros(rows, dtype=torch.long)
+        # The tokens whose keys row 0 holds, recorded by the engine: the cache itself only ever
+        # sees keys, and keys do not say which tokens they came from (KVCacheEngine's guard).
+        self.token_ids: list[int] = []
         self.visible = torch.zeros(rows, 1, 0, dtype=torch.bool, device=device)
         self.index = torch.zeros(rows, 1, 0, 1, dtype=torch.long, device=device)
 
@@ -72,6 +75,7 @@ class KVCache:
     def reset(self) -> None:
         """Forget every row: the only legitimate way to reuse a cache for new sequences."""
         self.lengths.zero_()
+        self.token_ids = []
 
     def forward(self, layer: int, q: Tensor, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:
         if layer == 0:  # every layer writes the same slots and sees the same ones: plan it once

@@ -20,7 +20,7 @@ import torch
 
 from chapters.ch02_generate_loop.engine import Sequence
 from chapters.ch03_model.engine import ModelEngine
-from chapters.ch04_kv_cache.cache import KVCache, kv_bytes_per_token
+from chapters.ch04_kv_cache.cache import CacheMisuseError, KVCache, kv_bytes_per_token
 from shared.contracts import RequestMetrics, SamplingParams
 
 
@@ -52,8 +52,18 @@ class KVCacheEngine(ModelEngine):
         """Run the positions the cache does not hold yet (the prompt, then one token at a time)."""
         assert seq.cache is not None
         start = int(seq.cache.lengths[0])
+        # The guard: a cache may serve this sequence only if it holds keys of this sequence's own
+        # first tokens. The cache's position check cannot see a cache handed to another request
+        # whose prompt is longer: the next positions line up, the keys belong to someone else.
+        if seq.cache.token_ids != seq.token_ids[:start]:
+            raise CacheMisuseError(
+                f"this cache holds keys for {start} tokens that are not this request's first "
+                f"{start} tokens: a cache reused for another prompt; give each request its own "
+                "cache (or reset() it)"
+            )
         new = seq.token_ids[start:]
         ids = torch.tensor([new], device=self.device)
         positions = torch.arange(start, start + len(new), device=self.device)[None]
         logits = self.model(ids, positions, seq.cache, last_only=True)[0, -1]
+        seq.cache.token_ids.extend(new)
         return logits, len(new)
