@@ -1,11 +1,11 @@
 """Chapter 6 on the H200, in one call: the machine's ceilings, the op table (predicted vs measured),
 the decode step's timeline (kernels, GPU time, idle gaps), and the CUDA-graph engine against
 chapter 4's engine and against Hugging Face `generate()` with its static cache and torch.compile,
-on the same prompt and 256 new tokens. Writes $OUT/ch06_gpu.json (results/gpu/ when OUT is unset)
-and prints a short table last.
+on the same prompt and 256 new tokens. Writes $OUT/ch06_gpu.json (results/gpu/ when OUT is unset;
+ch06_gpu_<parts>.json for a subset of --parts) and prints a short table last.
 
     python chapters/ch06_profiling/gpu_benchmark.py [--parts ceilings roofline timeline engines]
-                                                    [--hf-timeout-s 170]
+                                                    [--hf-timeout-s 150]
 
 Exit status 1 if the graph engine's greedy tokens differ from chapter 4's (after writing the JSON).
 """
@@ -31,6 +31,7 @@ from shared import config
 from shared.contracts import SamplingParams
 from shared.model import LoadedModel, load_model
 
+ALL_PARTS = ["ceilings", "roofline", "timeline", "engines"]
 PROMPTS = [config.PROMPT, "The capital of France is", "def fibonacci(n):",
            "Once upon a time, in a small village by the sea, there lived"]
 
@@ -176,10 +177,9 @@ def final_table(doc: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", default=["ceilings", "roofline", "timeline", "engines"],
-                        choices=["ceilings", "roofline", "timeline", "engines"])
+    parser.add_argument("--parts", nargs="+", default=ALL_PARTS, choices=ALL_PARTS)
     parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--hf-timeout-s", type=float, default=170.0)
+    parser.add_argument("--hf-timeout-s", type=float, default=150.0)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("this script measures a GPU; on a CPU run 00_ceilings.py ... 04_cuda_graph.py")
@@ -208,7 +208,10 @@ def main() -> int:
             log(f"{part} failed:\n{doc['errors'][part]}")
         doc["part_seconds"][part] = round(time.monotonic() - p0, 1)
     doc["total_seconds"] = round(time.monotonic() - t0, 1)
-    path = write_json("ch06_gpu.json", doc, "cuda")
+    # A partial run (e.g. the engines alone, when the whole would not fit one call) gets its own
+    # file, so it never overwrites a complete one.
+    name = "ch06_gpu" if set(args.parts) == set(ALL_PARTS) else "ch06_gpu_" + "_".join(args.parts)
+    path = write_json(f"{name}.json", doc, "cuda")
     log(f"wrote {path}")
     log(final_table(doc))
     return 0 if identical else 1
