@@ -48,12 +48,17 @@ class CudaGraphEngine(KVCacheEngine):
         device: str | None = None,
         sampler: ReferenceSampler | TorchSampler | None = None,
         min_cache_len: int = 256,
+        compile_step: bool = False,
     ) -> None:
         super().__init__(model, device, sampler)
         self.min_cache_len = min_cache_len  # the smallest bucket; tests use a small one
         self.use_graphs = self.device.type == "cuda"
+        # Off by default: fusing changes rounding, so tokens may leave chapter 4's. gpu_benchmark.py
+        # measures it as a preview of what fusing kernels (chapter 7) buys.
+        self.compile_step = compile_step
         self.implementation = (
             "ch03 Llama, static KV cache, decode step "
+            + ("torch.compile'd, " if compile_step else "")
             + ("replayed from a CUDA graph" if self.use_graphs else "run eagerly (CPU: no graphs)")
         )
         self._steps: dict[int, DecodeStep] = {}  # cache length -> its step (and graph)
@@ -65,7 +70,7 @@ class CudaGraphEngine(KVCacheEngine):
         if size > self.max_context:
             raise ValueError(f"{tokens} positions do not fit the model's context of {self.max_context}")
         if size not in self._steps:
-            step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size))
+            step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size), self.compile_step)
             if self.use_graphs:
                 step.capture()
             self._steps[size] = step

@@ -6,6 +6,7 @@ ch06_gpu_<parts>.json for a subset of --parts) and prints a short table last.
 
     python chapters/ch06_profiling/gpu_benchmark.py [--parts ceilings roofline timeline engines]
                                                     [--hf-timeout-s 150]
+    python chapters/ch06_profiling/gpu_benchmark.py --parts compiled   # -> ch06_gpu_compiled.json
 
 Exit status 1 if the graph engine's greedy tokens differ from chapter 4's (after writing the JSON).
 """
@@ -136,6 +137,43 @@ def part_engines(doc: dict[str, Any], loaded: LoadedModel, tokens: int, hf_timeo
     return not mismatches
 
 
+def part_compiled(doc: dict[str, Any], loaded: LoadedModel, tokens: int,
+                  log: Callable[[str], None]) -> None:
+    """Not in the default run (compiling takes a minute or more): the graph engine with its step
+    fused by torch.compile before capture, against the plain graph engine, alternately. A preview
+    of chapter 7: what fewer, bigger kernels buy once the host is gone. Its tokens are checked
+    against chapter 4's and recorded, not required: fused kernels round differently."""
+    from chapters.ch04_kv_cache.engine import KVCacheEngine
+    from chapters.ch06_profiling.engine import CudaGraphEngine
+
+    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    # One bucket (512 slots) holds the prompt and 256 tokens: one compile, one capture.
+    plain = CudaGraphEngine(loaded, min_cache_len=512)
+    fused = CudaGraphEngine(loaded, min_cache_len=512, compile_step=True)
+    out: dict[str, Any] = {"tokens": tokens, "mode": "torch.compile default (inductor), then captured"}
+    t0 = time.perf_counter()
+    decode_tok_s(fused, params)
+    out["compile_and_capture_s"] = time.perf_counter() - t0
+    decode_tok_s(plain, params)
+    ch04 = KVCacheEngine(loaded)
+    check = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    out["same_tokens_as_ch04"] = [fused.generate(p, check).output_ids == ch04.generate(p, check).output_ids
+                                  for p in PROMPTS]
+    runs: dict[str, list[dict[str, float]]] = {"ch06_cuda_graph": [], "ch06_cuda_graph_compiled": []}
+    for _ in range(3):
+        runs["ch06_cuda_graph"].append(decode_tok_s(plain, params))
+        runs["ch06_cuda_graph_compiled"].append(decode_tok_s(fused, params))
+    out["runs"] = runs
+    out["decode_tok_s_median"] = {k: statistics.median(r["decode_tok_s"] for r in v)
+                                  for k, v in runs.items()}
+    for name, engine in (("plain", plain), ("compiled", fused)):
+        step = engine._steps[512]
+        out[f"timeline_{name}"] = timeline.profile_steps(lambda step=step: step(5, 300).argmax(),
+                                                         "cuda", steps=20)
+        log(timeline.format_summary(f"graph step, {name}", out[f"timeline_{name}"]))
+    doc["compiled"] = out
+
+
 def final_table(doc: dict[str, Any]) -> str:
     lines = ["", "=== chapter 6 on " + doc["device_name"] + " ==="]
     if "ceilings" in doc:
@@ -170,6 +208,14 @@ def final_table(doc: dict[str, Any]) -> str:
             lines.append(f"bandwidth floor {f['floor_s_per_step'] * 1e6:.0f} us/step; graph step is "
                          f"{f['graph_tpot_over_floor']:.1f}x the floor")
         lines.append(f"tokens == chapter 4: {e['same_tokens_as_ch04']}")
+    c = doc.get("compiled")
+    if c:
+        med = c["decode_tok_s_median"]
+        lines.append(f"graph {med['ch06_cuda_graph']:.1f} tok/s, graph + torch.compile "
+                     f"{med['ch06_cuda_graph_compiled']:.1f} tok/s "
+                     f"({med['ch06_cuda_graph_compiled'] / med['ch06_cuda_graph']:.2f}x); compile+capture "
+                     f"{c['compile_and_capture_s']:.0f} s; tokens == ch04 per prompt: "
+                     f"{c['same_tokens_as_ch04']}")
     for part, err in doc.get("errors", {}).items():
         lines.append(f"{part} FAILED: {err.splitlines()[-1]}")
     return "\n".join(lines)
@@ -177,7 +223,8 @@ def final_table(doc: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", default=ALL_PARTS, choices=ALL_PARTS)
+    parser.add_argument("--parts", nargs="+", default=ALL_PARTS, choices=[*ALL_PARTS, "compiled"],
+                        help="'compiled' (not in the default) fuses the graph step with torch.compile")
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--hf-timeout-s", type=float, default=150.0)
     args = parser.parse_args()
@@ -195,6 +242,7 @@ def main() -> int:
         "roofline": lambda: part_roofline(doc, loaded, log),
         "timeline": lambda: part_timeline(doc, loaded, log),
         "engines": lambda: part_engines(doc, loaded, args.tokens, args.hf_timeout_s, log),
+        "compiled": lambda: part_compiled(doc, loaded, args.tokens, log),
     }
     if "ceilings" not in args.parts and {"roofline", "engines"} & set(args.parts):
         args.parts = ["ceilings", *args.parts]  # the roofline and the floor need them

@@ -69,8 +69,11 @@ class DecodeStep:
     """One token in, the next token's logits out, through a static cache; captured as a CUDA graph
     on a GPU (`capture()`), run eagerly elsewhere."""
 
-    def __init__(self, model: Llama, cache: StaticKVCache) -> None:
+    def __init__(self, model: Llama, cache: StaticKVCache, compile_step: bool = False) -> None:
         self.model, self.cache = model, cache
+        # Optional: fuse the step's small ops with torch.compile (inductor) before capturing it. Fewer,
+        # bigger kernels, but rounded differently from the eager ops: the tokens may differ.
+        self._run = torch.compile(self._forward) if compile_step else self._forward
         device = model.embed_tokens.weight.device
         self.ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(1, 1, dtype=torch.long, device=device)
@@ -90,11 +93,11 @@ class DecodeStep:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(warmup):
-                self._forward()
+                self._run()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.logits = self._forward()
+            self.logits = self._run()
 
     def prefill(self, prompt_ids: list[int]) -> Tensor:
         """Run the prompt eagerly (its length varies, so it is not captured), writing its keys and
@@ -112,7 +115,7 @@ class DecodeStep:
         self.ids.fill_(token)
         self.positions.fill_(position)
         if self.graph is None:
-            return self._forward()[0]
+            return self._run()[0]
         self.graph.replay()
         assert self.logits is not None
         return self.logits[0]
