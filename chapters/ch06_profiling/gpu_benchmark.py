@@ -96,7 +96,7 @@ def part_engines(doc: dict[str, Any], loaded: LoadedModel, tokens: int, hf_timeo
     for prompt in PROMPTS:
         a, b = ch04.generate(prompt, check).output_ids, graphed.generate(prompt, check).output_ids
         if a != b:
-            first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             mismatches.append({"prompt": prompt, "first_difference_at": first})
     out["same_tokens_as_ch04"] = not mismatches
     out["token_mismatches"] = mismatches
