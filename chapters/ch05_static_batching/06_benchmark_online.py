@@ -23,6 +23,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import torch
 
 from shared.benchmark import launch_server, provenance, run_load, save_results, serve_table
@@ -66,6 +67,27 @@ for label, folder in SERVERS.items():
             print(f"{label}\n{serve_table(result)}\n", flush=True)
             loads[label].append(result.as_dict())
 
+
+
+def plot_ttft(loads: dict[str, list[dict[str, Any]]], rates: list[float], path: Path) -> Path:
+    """TTFT p50/p90/p99 per rate, the two servers side by side."""
+    matplotlib.use("Agg")  # a file, no display
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(rates), figsize=(4.5 * len(rates), 3.8), squeeze=False)
+    for ax, (i, rate) in zip(axes[0], enumerate(rates)):
+        for j, label in enumerate(loads):
+            ttft = loads[label][i]["summary"]["ttft_ms"]
+            values = [ttft.get(q, 0.0) / 1000 for q in ("p50", "p90", "p99")]
+            ax.bar([x + 0.4 * j for x in range(3)], values, width=0.4, label=label)
+        ax.set_xticks([x + 0.2 for x in range(3)], ["p50", "p90", "p99"])
+        ax.set(title=f"Poisson {rate:g} req/s", ylabel="TTFT (s)")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
 rows = []
 for i, rate in enumerate(rates):
     for label in SERVERS:
@@ -90,4 +112,5 @@ if not args.no_save:
                         out_dir=args.out, started=started,
                         model={"manifest": prov.get("model_manifest"),
                                "manifest_sha256": prov.get("manifest_sha256")})
-    print(f"\nwrote {path}")
+    plot = plot_ttft(loads, rates, path.with_suffix(".png"))
+    print(f"\nwrote {path} and {plot}")
