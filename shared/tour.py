@@ -27,6 +27,7 @@ from shared.model import load_model
 TOUR: list[tuple[str, str]] = [
     ("ch01_baseline", "chapters.ch01_baseline.engine:BaselineEngine"),
     ("ch02_generate_loop", "chapters.ch02_generate_loop.engine:GenerateLoopEngine"),
+    ("ch06_profiling", "chapters.ch06_profiling.engine:CudaGraphEngine"),
 ]
 
 
