@@ -82,8 +82,9 @@ def plot_ttft(loads: dict[str, list[dict[str, Any]]], rates: list[float], path: 
             ax.bar([x + 0.4 * j for x in range(3)], values, width=0.4, label=label)
         ax.set_xticks([x + 0.2 for x in range(3)], ["p50", "p90", "p99"])
         ax.set(title=f"Poisson {rate:g} req/s", ylabel="TTFT (s)")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(path, dpi=120)
     return path
 
