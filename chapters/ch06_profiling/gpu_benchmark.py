@@ -13,11 +13,17 @@ Exit status 1 if the graph engine's greedy tokens differ from chapter 4's (after
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 import argparse
 import json
+import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
@@ -70,7 +76,8 @@ def hf_compiled(tokens: int, timeout_s: float) -> dict[str, Any]:
                 str(tokens), "--json", f.name]
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
+                                  env={**os.environ, "PYTHONPATH": str(REPO)})
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout_s:.0f} s (compilation included)"}
         try:

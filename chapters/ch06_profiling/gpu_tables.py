@@ -10,15 +10,19 @@ output tail as provenance.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 import argparse
 import importlib.util
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from chapters.ch06_profiling.report import REPO, out_dir, provenance
@@ -62,7 +66,8 @@ def run_all(budget_s: float, tokens: int) -> dict[str, Any]:
             t0 = time.monotonic()
             try:
                 proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
-                                      timeout=min(left, 150), env={**os.environ, "OUT": str(tmp)})
+                                      timeout=min(left, 150), env={**os.environ, "OUT": str(tmp),
+                                           "PYTHONPATH": str(REPO)})
                 record.update(returncode=proc.returncode, tail=(proc.stdout + proc.stderr)[-2500:])
             except subprocess.TimeoutExpired as exc:
                 out = (exc.stdout or b"") + (exc.stderr or b"")
