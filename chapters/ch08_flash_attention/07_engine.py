@@ -3,8 +3,9 @@
 Checks, on the tiny random-weight model through Triton's interpreter (the real model on a GPU):
 the flash prefill gives chapter 7's logits and writes the same keys and values into the cache, at
 several prompt lengths; the greedy tokens are chapter 7's on three prompts. Then, by formula for
-the real model, what chapter 7's prefill attention materialises per layer (the float32 scores over
-the whole cache bucket) and what the flash kernel keeps instead (nothing beyond its tiles).
+the real model, what chapter 7's prefill attention materialises per layer (its softmax weights,
+float32, for every query head, prompt position and slot of the cache bucket; the scores before them
+are as large again in the model's dtype) and what the flash kernel keeps instead (only its tiles).
 Writes results/cpu/ch08_engine.json (results/gpu/ or $OUT on a GPU).
 
     python chapters/ch08_flash_attention/07_engine.py
@@ -60,16 +61,17 @@ tokens = [{"prompt": p, "same_tokens": a.output_ids == b.output_ids}
           for p, a, b in zip(prompts, ch07.generate_batch(prompts, params), ch08.generate_batch(prompts, params))]
 print("\ngreedy tokens identical to chapter 7:", [t["same_tokens"] for t in tokens])
 
-# The real model's shapes (config), by formula: chapter 7's prefill attention builds float32
-# scores for every query head, prompt position and cache slot of the bucket, per layer.
+# The real model's shapes (config), by formula: chapter 7's prefill attention (chapter 3's `attend`
+# over chapter 6's whole bucket) builds float32 softmax weights for every query head, prompt
+# position and cache slot, per layer; its scores are another tensor of that shape.
 heads, context = 9, 8192
 formula = []
-print(f"\n{'prompt':>7}{'bucket':>8}{'ch07 scores MiB/layer (formula)':>33}")
+print(f"\n{'prompt':>7}{'bucket':>8}{'ch07 softmax MiB/layer (formula)':>34}")
 for n in (512, 2048, 8191):
     slots = bucket(n + 1, 256)
     mib = heads * n * slots * 4 / 2**20
-    formula.append({"prompt_tokens": n, "cache_slots": slots, "ch07_score_mib_per_layer": mib})
-    print(f"{n:>7}{slots:>8}{mib:>33.0f}")
+    formula.append({"prompt_tokens": n, "cache_slots": slots, "ch07_softmax_fp32_mib_per_layer": mib})
+    print(f"{n:>7}{slots:>8}{mib:>34.0f}")
 path = save_results("ch08_engine", {"interpreter_tiny_model": INTERPRET, "implementation": ch08.implementation,
                                     "prefill": prefill, "tokens": tokens, "score_formula": formula},
                     device=str(ch08.device), started=started,
