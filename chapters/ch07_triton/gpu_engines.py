@@ -206,7 +206,9 @@ class Baseline:
                 "--tokens", str(args.tokens)] + (["--smoke"] if args.smoke else [])
         self.started = time.monotonic()
         # Its own process group, so that stopping it also stops the compile workers it forked.
-        self.proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        # PYTHONPATH: the repository need not be pip-installed on the GPU machine.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        self.proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, start_new_session=True)
         self.buffer = b""
         self.record: dict[str, Any] = {"runs": []}
