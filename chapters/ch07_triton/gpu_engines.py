@@ -483,6 +483,10 @@ def final_table(doc: dict[str, Any]) -> str:
                      f"{'n/a' if gpu is None else f'{gpu * 1e6:.0f} us'} kernel time/step, "
                      f"{p['aten_ops_per_step']:.0f} aten ops/step")
     s = doc.get("speed")
+    for kind, b in (s or {}).get("baselines", {}).items():
+        k = b.get("kernels_per_token", b.get("step_profile", {}).get("kernels_per_step"))
+        if k is not None:
+            lines.append(f"{kind:<22} {k:.0f} kernels/{'token (profiled generate)' if 'kernels_per_token' in b else 'step'}")
     if s:
         lines.append(f"{'engine':<34}{'decode tok/s (median, min-max)':>34}")
         for name, e in s["engines"].items():
@@ -578,6 +582,8 @@ def main() -> int:
         for b in baselines:
             b.wait_ready(max(t0 + args.budget_s - reserve, time.monotonic() + 1))
             log(f"baseline {b.kind}: {'ready' if b.ready else b.record.get('error')}")
+        doc["baselines_ready"] = {b.kind: {"ready": b.ready, "warmup_s": b.record.get("warmup_s"),
+                                           "error": b.record.get("error")} for b in baselines}
 
     parts: list[tuple[str, Callable[[], None]]] = [
         ("warmup", warm),
