@@ -5,10 +5,18 @@ on the same prompt and 256 new tokens. Writes $OUT/ch06_gpu.json (results/gpu/ w
 ch06_gpu_<parts>.json for a subset of --parts) and prints a short table last.
 
     python chapters/ch06_profiling/gpu_benchmark.py [--parts ceilings roofline timeline engines]
-                                                    [--hf-timeout-s 150]
+                                                    [--hf-timeout-s 150] [--check-tokens 64]
     python chapters/ch06_profiling/gpu_benchmark.py --parts compiled   # -> ch06_gpu_compiled.json
+    python chapters/ch06_profiling/gpu_benchmark.py --smoke            # CPU, tiny model: code paths
 
-Exit status 1 if the graph engine's greedy tokens differ from chapter 4's (after writing the JSON).
+The token check compares the graph engine's greedy tokens with chapter 4's twice: in the engine's
+dtype (bf16 on a GPU) and in float32, each with the logits every step chose from, so that a
+difference comes with the reference's top-2 logit gap where the tokens part (token_check.py).
+'compiled' (not in the default: compiling takes a minute or more) runs in its own process under
+--compiled-timeout-s, so a compile that fails or hangs costs only its own entry.
+
+Exit status 1 if the graph engine's float32 greedy tokens differ from chapter 4's (the same
+arithmetic must give the same tokens there; bf16 differences are recorded with their logit gaps).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -32,11 +41,11 @@ from typing import Any
 
 import torch
 
-from chapters.ch06_profiling import ceilings, roofline, timeline
+from chapters.ch06_profiling import ceilings, roofline, timeline, token_check
 from chapters.ch06_profiling.report import REPO, write_json
 from shared import config
 from shared.contracts import SamplingParams
-from shared.model import LoadedModel, load_model
+from shared.model import LoadedModel, load_model, tiny_model
 
 ALL_PARTS = ["ceilings", "roofline", "timeline", "engines"]
 PROMPTS = [config.PROMPT, "The capital of France is", "def fibonacci(n):",
@@ -69,48 +78,76 @@ def decode_tok_s(engine: Any, params: SamplingParams) -> dict[str, float]:
             "tokens": len(result.output_ids)}
 
 
-def hf_compiled(tokens: int, timeout_s: float) -> dict[str, Any]:
-    """Hugging Face's best in its own process, so a compile that fails or hangs costs only this."""
+def run_child(args: list[str], timeout_s: float) -> dict[str, Any]:
+    """`python -m <args> --json FILE` in its own process group, killed (with any compile workers
+    it started) after `timeout_s`; its JSON, or why there is none. For work that can hang or crash
+    and cannot be interrupted from inside: compiling."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        argv = [sys.executable, "-m", "chapters.ch06_profiling.hf_compiled", "--tokens",
-                str(tokens), "--json", f.name]
+        argv = [sys.executable, "-m", *args, "--json", f.name]
         t0 = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
         try:
-            proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
-                                  env={**os.environ, "PYTHONPATH": str(REPO)})
+            _, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout_s:.0f} s (compilation included)"}
+            os.killpg(proc.pid, signal.SIGKILL)  # the group this function started, nothing else
+            proc.communicate()
+            return {"error": f"timed out after {timeout_s:.0f} s (compilation included)",
+                    "process_s": round(time.monotonic() - t0, 1)}
         try:
-            out = json.loads(open(f.name).read())
+            out = json.loads(Path(f.name).read_text())
         except (OSError, json.JSONDecodeError):
             out = {"error": f"no result (exit {proc.returncode})"}
         out["process_s"] = round(time.monotonic() - t0, 1)
         if proc.returncode or "error" in out:
-            out["stderr_tail"] = proc.stderr[-2000:]
+            out["stderr_tail"] = stderr[-2000:]
         return out
 
 
-def part_engines(doc: dict[str, Any], loaded: LoadedModel, tokens: int, hf_timeout_s: float,
-                 log: Callable[[str], None]) -> bool:
+def part_tokens(loaded: LoadedModel, load_fp32: Callable[[], LoadedModel], check_tokens: int,
+                log: Callable[[str], None]) -> dict[str, Any]:
+    """Greedy tokens of the graph engine against chapter 4's on PROMPTS, in the engine's dtype and
+    again with the model in float32 (the same arithmetic in a dtype where rounding cannot flip a
+    choice unless the two logits are within ~1e-5 of each other)."""
     from chapters.ch04_kv_cache.engine import KVCacheEngine
     from chapters.ch06_profiling.engine import CudaGraphEngine
 
-    ch04, graphed = KVCacheEngine(loaded), CudaGraphEngine(loaded)
+    params = SamplingParams(temperature=0.0, max_tokens=check_tokens, ignore_eos=True)
+    out: dict[str, Any] = {"dtype": str(next(loaded.model.parameters()).dtype).removeprefix("torch.")}
+    out["model_dtype"] = token_check.check(KVCacheEngine(loaded), CudaGraphEngine(loaded), PROMPTS, params)
+    log(f"graph engine vs chapter 4, {out['dtype']}: {token_check.summary(out['model_dtype'])}")
+    fp32 = load_fp32()
+    out["float32"] = token_check.check(KVCacheEngine(fp32), CudaGraphEngine(fp32), PROMPTS, params)
+    # Recorded because it decides what "float32" means for a matmul on a GPU (TF32 or not).
+    out["float32"]["matmul_precision"] = torch.get_float32_matmul_precision()
+    log(f"graph engine vs chapter 4, float32: {token_check.summary(out['float32'])}")
+    del fp32
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
+def part_engines(doc: dict[str, Any], loaded: LoadedModel, load_fp32: Callable[[], LoadedModel],
+                 tokens: int, check_tokens: int, hf_timeout_s: float | None,
+                 log: Callable[[str], None]) -> bool:
+    """Tokens first (see part_tokens), then decode speed: chapter 4 and the graph engine
+    alternately, and the library's best in its own process (`hf_timeout_s` None: skipped).
+    Returns whether the float32 tokens are identical."""
+    from chapters.ch04_kv_cache.engine import KVCacheEngine
+    from chapters.ch06_profiling.engine import CudaGraphEngine
+
     out: dict[str, Any] = {"tokens": tokens, "prompt": config.PROMPT}
-    # Correctness first: greedy tokens identical to chapter 4's, several prompts.
-    check = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
-    mismatches = []
-    for prompt in PROMPTS:
-        a, b = ch04.generate(prompt, check).output_ids, graphed.generate(prompt, check).output_ids
-        if a != b:
-            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            mismatches.append({"prompt": prompt, "first_difference_at": first})
-    out["same_tokens_as_ch04"] = not mismatches
-    out["token_mismatches"] = mismatches
+    checks = part_tokens(loaded, load_fp32, check_tokens, log)
+    out["token_check"] = checks
+    # The fields the first run wrote, kept: the book quotes them.
+    out["same_tokens_as_ch04"] = checks["model_dtype"]["identical"]
+    out["token_mismatches"] = [r for r in checks["model_dtype"]["per_prompt"] if not r["identical"]]
     out["prompts_checked"] = len(PROMPTS)
-    log(f"graph engine tokens == chapter 4 on {len(PROMPTS)} prompts: {not mismatches}")
+    out["same_tokens_as_ch04_float32"] = checks["float32"]["identical"]
 
     # Speed: chapter 4 and the graph engine alternately, after a warm-up (captures the graph).
+    ch04, graphed = KVCacheEngine(loaded), CudaGraphEngine(loaded)
     params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
     runs: dict[str, list[dict[str, float]]] = {"ch04_kv_cache": [], "ch06_cuda_graph": []}
     for engine in (ch04, graphed):
@@ -122,15 +159,18 @@ def part_engines(doc: dict[str, Any], loaded: LoadedModel, tokens: int, hf_timeo
     med = {k: statistics.median(r["decode_tok_s"] for r in v) for k, v in runs.items()}
     out["decode_tok_s_median"] = med
     out["graph_output_ids"] = graphed.generate(config.PROMPT, params).output_ids
+    out["ratio_graph_over_ch04"] = med["ch06_cuda_graph"] / med["ch04_kv_cache"]
 
     # The library's best, in a subprocess under a timeout.
-    hf = hf_compiled(tokens, hf_timeout_s)
-    out["hf_static_compiled"] = hf
-    if "decode_tok_s_median" in hf:
-        med["hf_static_compiled"] = hf["decode_tok_s_median"]
-        out["ratio_graph_over_hf_compiled"] = med["ch06_cuda_graph"] / hf["decode_tok_s_median"]
-        out["same_tokens_as_hf_compiled"] = hf.get("output_ids") == out["graph_output_ids"]
-    out["ratio_graph_over_ch04"] = med["ch06_cuda_graph"] / med["ch04_kv_cache"]
+    if hf_timeout_s is not None:
+        hf = run_child(["chapters.ch06_profiling.hf_compiled", "--tokens", str(tokens)], hf_timeout_s)
+        out["hf_static_compiled"] = hf
+        if "decode_tok_s_median" in hf:
+            med["hf_static_compiled"] = hf["decode_tok_s_median"]
+            out["ratio_graph_over_hf_compiled"] = med["ch06_cuda_graph"] / hf["decode_tok_s_median"]
+            out["same_tokens_as_hf_compiled"] = hf.get("output_ids") == out["graph_output_ids"]
+            out["first_difference_vs_hf_compiled"] = token_check.first_difference(
+                hf.get("output_ids", []), out["graph_output_ids"])
 
     # The floor: every weight read once per step at the measured bandwidth.
     weight_bytes = sum(p.numel() * p.element_size() for p in graphed.model.parameters())
@@ -141,31 +181,35 @@ def part_engines(doc: dict[str, Any], loaded: LoadedModel, tokens: int, hf_timeo
                                   "floor_s_per_step": floor,
                                   "graph_tpot_over_floor": (1 / med["ch06_cuda_graph"]) / floor}
     doc["engines"] = out
-    return not mismatches
+    return checks["float32"]["identical"]
 
 
-def part_compiled(doc: dict[str, Any], loaded: LoadedModel, tokens: int,
-                  log: Callable[[str], None]) -> None:
-    """Not in the default run (compiling takes a minute or more): the graph engine with its step
-    fused by torch.compile before capture, against the plain graph engine, alternately. A preview
-    of chapter 7: what fewer, bigger kernels buy once the host is gone. Its tokens are checked
-    against chapter 4's and recorded, not required: fused kernels round differently."""
+def measure_compiled(loaded: LoadedModel, tokens: int, check_tokens: int,
+                     log: Callable[[str], None]) -> dict[str, Any]:
+    """The graph engine with its step fused by torch.compile before capture, against the plain
+    graph engine, alternately: a preview of chapter 7, what fewer, bigger kernels buy once the host
+    is gone. Its tokens are compared with chapter 4's and recorded, not required: fused kernels
+    round differently. Runs in a child process (`--compiled-child`), see part_compiled."""
     from chapters.ch04_kv_cache.engine import KVCacheEngine
     from chapters.ch06_profiling.engine import CudaGraphEngine
 
     params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
-    # One bucket (512 slots) holds the prompt and 256 tokens: one compile, one capture.
-    plain = CudaGraphEngine(loaded, min_cache_len=512)
-    fused = CudaGraphEngine(loaded, min_cache_len=512, compile_step=True)
-    out: dict[str, Any] = {"tokens": tokens, "mode": "torch.compile default (inductor), then captured"}
+    needed = len(KVCacheEngine(loaded).encode(config.PROMPT)) + tokens
+    # One bucket holds the prompt and its tokens: one compile, one capture per engine.
+    size = 1 << max(8, (needed - 1).bit_length())
+    plain = CudaGraphEngine(loaded, min_cache_len=size)
+    fused = CudaGraphEngine(loaded, min_cache_len=size, compile_step=True)
+    out: dict[str, Any] = {"tokens": tokens, "cache_len": size,
+                           "mode": "torch.compile default (inductor), then captured"}
     t0 = time.perf_counter()
     decode_tok_s(fused, params)
     out["compile_and_capture_s"] = time.perf_counter() - t0
+    log(f"compiled and captured in {out['compile_and_capture_s']:.0f} s")
     decode_tok_s(plain, params)
-    ch04 = KVCacheEngine(loaded)
-    check = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
-    out["same_tokens_as_ch04"] = [fused.generate(p, check).output_ids == ch04.generate(p, check).output_ids
-                                  for p in PROMPTS]
+    check = SamplingParams(temperature=0.0, max_tokens=check_tokens, ignore_eos=True)
+    out["token_check"] = token_check.check(KVCacheEngine(loaded), fused, PROMPTS, check)
+    out["same_tokens_as_ch04"] = [r["identical"] for r in out["token_check"]["per_prompt"]]
+    log(f"compiled graph engine vs chapter 4: {token_check.summary(out['token_check'])}")
     runs: dict[str, list[dict[str, float]]] = {"ch06_cuda_graph": [], "ch06_cuda_graph_compiled": []}
     for _ in range(3):
         runs["ch06_cuda_graph"].append(decode_tok_s(plain, params))
@@ -173,12 +217,37 @@ def part_compiled(doc: dict[str, Any], loaded: LoadedModel, tokens: int,
     out["runs"] = runs
     out["decode_tok_s_median"] = {k: statistics.median(r["decode_tok_s"] for r in v)
                                   for k, v in runs.items()}
+    device = str(next(loaded.model.parameters()).device)
+    position = min(300, size - 1)
     for name, engine in (("plain", plain), ("compiled", fused)):
-        step = engine._steps[512]
-        out[f"timeline_{name}"] = timeline.profile_steps(lambda step=step: step(5, 300).argmax(),
-                                                         "cuda", steps=20)
+        step = engine.step_for(size)  # the step the requests above ran on: built already
+        out[f"timeline_{name}"] = timeline.profile_steps(
+            lambda step=step: step(5, position).argmax(), device, steps=20)
         log(timeline.format_summary(f"graph step, {name}", out[f"timeline_{name}"]))
-    doc["compiled"] = out
+    return out
+
+
+def part_compiled(doc: dict[str, Any], tokens: int, check_tokens: int, timeout_s: float,
+                  smoke: bool) -> None:
+    args = ["chapters.ch06_profiling.gpu_benchmark", "--compiled-child", "--tokens", str(tokens),
+            "--check-tokens", str(check_tokens), *(["--smoke"] if smoke else [])]
+    doc["compiled"] = run_child(args, timeout_s)
+    if "error" in doc["compiled"]:
+        raise RuntimeError(f"compiled: {doc['compiled']['error']}")
+
+
+def compiled_child(json_path: str, smoke: bool, tokens: int, check_tokens: int) -> None:
+    """The child process of part_compiled: measure, write the JSON, even on failure."""
+    try:
+        out = measure_compiled(load(smoke), tokens, check_tokens, lambda line: print(line, flush=True))
+    except Exception as exc:
+        out = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+    Path(json_path).write_text(json.dumps(out, indent=1, default=str))
+
+
+def load(smoke: bool, dtype: torch.dtype | None = None) -> LoadedModel:
+    """The real model on the GPU, or for --smoke the tiny random one on the CPU (float32 only)."""
+    return tiny_model(seed=0) if smoke else load_model(device="cuda", dtype=dtype)
 
 
 def final_table(doc: dict[str, Any]) -> str:
@@ -199,7 +268,9 @@ def final_table(doc: dict[str, Any]) -> str:
             lines.append(f"{name:<11} {s['wall_per_step_s'] * 1e6:7.0f} us/step, "
                          f"{s['kernels_per_step']:5.0f} kernels, GPU busy "
                          f"{s['gpu_busy_s_per_step'] * 1e6:6.0f} us, idle "
-                         f"{s['gpu_idle_s_per_step'] * 1e6:6.0f} us ({s['gpu_idle_fraction']:.0%})")
+                         f"{s['gpu_idle_s_per_step'] * 1e6:6.0f} us ({s['gpu_idle_fraction']:.0%}), "
+                         f"median gap {s.get('gpu_gap_us_median', float('nan')):.1f} us, idle in "
+                         f"gaps >= 10 us {s.get('gpu_idle_in_large_gaps_s_per_step', float('nan')) * 1e6:.0f} us")
     e = doc.get("engines")
     if e:
         lines.append(f"{'engine':<22}{'decode tok/s':>14}")
@@ -208,21 +279,24 @@ def final_table(doc: dict[str, Any]) -> str:
         if "ratio_graph_over_hf_compiled" in e:
             lines.append(f"graph / HF static+compile: {e['ratio_graph_over_hf_compiled']:.2f}x "
                          f"(target >= 1.5x)")
-        else:
+        elif "hf_static_compiled" in e:
             lines.append(f"HF static+compile: {e['hf_static_compiled'].get('error', 'no result')}")
         if "bandwidth_floor" in e:
             f = e["bandwidth_floor"]
             lines.append(f"bandwidth floor {f['floor_s_per_step'] * 1e6:.0f} us/step; graph step is "
                          f"{f['graph_tpot_over_floor']:.1f}x the floor")
-        lines.append(f"tokens == chapter 4: {e['same_tokens_as_ch04']}")
+        checks = e.get("token_check", {})
+        for key, label in (("model_dtype", checks.get("dtype")), ("float32", "float32")):
+            if key in checks:
+                lines.append(f"tokens vs chapter 4 ({label}): {token_check.summary(checks[key])}")
     c = doc.get("compiled")
-    if c:
+    if c and "decode_tok_s_median" in c:
         med = c["decode_tok_s_median"]
         lines.append(f"graph {med['ch06_cuda_graph']:.1f} tok/s, graph + torch.compile "
                      f"{med['ch06_cuda_graph_compiled']:.1f} tok/s "
                      f"({med['ch06_cuda_graph_compiled'] / med['ch06_cuda_graph']:.2f}x); compile+capture "
-                     f"{c['compile_and_capture_s']:.0f} s; tokens == ch04 per prompt: "
-                     f"{c['same_tokens_as_ch04']}")
+                     f"{c['compile_and_capture_s']:.0f} s")
+        lines.append(f"compiled graph tokens vs chapter 4: {token_check.summary(c['token_check'])}")
     for part, err in doc.get("errors", {}).items():
         lines.append(f"{part} FAILED: {err.splitlines()[-1]}")
     return "\n".join(lines)
@@ -230,30 +304,53 @@ def final_table(doc: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", default=ALL_PARTS, choices=[*ALL_PARTS, "compiled"],
-                        help="'compiled' (not in the default) fuses the graph step with torch.compile")
+    parser.add_argument("--parts", nargs="+", default=None, choices=[*ALL_PARTS, "compiled"],
+                        help="default: all but 'compiled', which fuses the graph step with "
+                             "torch.compile in its own process")
     parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--check-tokens", type=int, default=64,
+                        help="greedy tokens per prompt in the token checks")
     parser.add_argument("--hf-timeout-s", type=float, default=150.0)
+    parser.add_argument("--compiled-timeout-s", type=float, default=300.0)
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU, tiny random model, engines only (no HF baseline): the code paths "
+                             "run, the numbers mean nothing; writes to the temp folder")
+    parser.add_argument("--compiled-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json", help=argparse.SUPPRESS)  # the child's output file
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        parser.error("this script measures a GPU; on a CPU run 00_ceilings.py ... 04_cuda_graph.py")
+    for name in ("tokens", "check_tokens"):
+        if getattr(args, name) < 2:
+            parser.error(f"--{name.replace('_', '-')} must be at least 2, got {getattr(args, name)}")
+    if args.compiled_child:
+        compiled_child(args.json, args.smoke, args.tokens, args.check_tokens)
+        return 0
+    if not args.smoke and not torch.cuda.is_available():
+        parser.error("this script measures a GPU; on a CPU run 00_ceilings.py ... 04_cuda_graph.py, "
+                     "or this script with --smoke")
+    parts = args.parts or (["engines"] if args.smoke else ALL_PARTS)
+    if args.smoke and {"ceilings", "roofline", "timeline"} & set(parts):
+        parser.error("--smoke runs the engines and compiled parts only")
     t0 = time.monotonic()
-    doc: dict[str, Any] = {"device": "cuda", "device_name": torch.cuda.get_device_name(0),
-                           "parts": args.parts, "errors": {}, "part_seconds": {}}
+    device = "cpu" if args.smoke else "cuda"
+    doc: dict[str, Any] = {"device": device, "parts": parts, "errors": {}, "part_seconds": {},
+                           "device_name": "CPU (smoke)" if args.smoke else torch.cuda.get_device_name(0)}
     log = lambda line: print(line, flush=True)  # noqa: E731
-    loaded = load_model(device="cuda")
+    loaded = load(args.smoke)
     doc["model_manifest_sha256"] = loaded.manifest_sha256
     identical = True
     steps: dict[str, Callable[[], Any]] = {
         "ceilings": lambda: part_ceilings(doc, log),
         "roofline": lambda: part_roofline(doc, loaded, log),
         "timeline": lambda: part_timeline(doc, loaded, log),
-        "engines": lambda: part_engines(doc, loaded, args.tokens, args.hf_timeout_s, log),
-        "compiled": lambda: part_compiled(doc, loaded, args.tokens, log),
+        "engines": lambda: part_engines(
+            doc, loaded, lambda: load(args.smoke, torch.float32), args.tokens, args.check_tokens,
+            None if args.smoke else args.hf_timeout_s, log),
+        "compiled": lambda: part_compiled(doc, args.tokens, args.check_tokens,
+                                          args.compiled_timeout_s, args.smoke),
     }
-    if "ceilings" not in args.parts and {"roofline", "engines"} & set(args.parts):
-        args.parts = ["ceilings", *args.parts]  # the roofline and the floor need them
-    for part in args.parts:
+    if not args.smoke and "ceilings" not in parts and {"roofline", "engines"} & set(parts):
+        parts = ["ceilings", *parts]  # the roofline and the floor need them
+    for part in parts:
         p0 = time.monotonic()
         try:
             if steps[part]() is False:
@@ -264,9 +361,13 @@ def main() -> int:
         doc["part_seconds"][part] = round(time.monotonic() - p0, 1)
     doc["total_seconds"] = round(time.monotonic() - t0, 1)
     # A partial run (e.g. the engines alone, when the whole would not fit one call) gets its own
-    # file, so it never overwrites a complete one.
-    name = "ch06_gpu" if set(args.parts) == set(ALL_PARTS) else "ch06_gpu_" + "_".join(args.parts)
-    path = write_json(f"{name}.json", doc, "cuda")
+    # file, so it never overwrites a complete one; 'compiled' may ride along with a complete one.
+    name = "ch06_gpu" if set(ALL_PARTS) <= set(parts) else "ch06_gpu_" + "_".join(parts)
+    if args.smoke:
+        path = Path(tempfile.gettempdir()) / "ch06_gpu_smoke.json"
+        path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    else:
+        path = write_json(f"{name}.json", doc, device)
     log(f"wrote {path}")
     log(final_table(doc))
     return 0 if identical else 1

@@ -43,6 +43,32 @@ def _union_us(intervals: list[tuple[float, float]]) -> float:
     return busy
 
 
+def idle_gaps_us(intervals: list[tuple[float, float]]) -> list[float]:
+    """The idle stretches between consecutive busy stretches (overlapping intervals merged)."""
+    gaps, end = [], None
+    for s, e in sorted(intervals):
+        if end is not None and s > end:
+            gaps.append(s - end)
+        end = e if end is None else max(end, e)
+    return gaps
+
+
+def gap_summary(intervals: list[tuple[float, float]], steps: int,
+                small_us: float = 10.0) -> dict[str, float]:
+    """Where the idle time sits: in short gaps between back-to-back kernels (under `small_us`: the
+    GPU's own cost of starting the next kernel, or a launch just behind) or in long ones (the GPU
+    waiting for the host, e.g. between steps)."""
+    gaps = sorted(idle_gaps_us(intervals))
+    small = [g for g in gaps if g < small_us]
+    return {
+        "gpu_gaps_per_step": len(gaps) / steps,
+        "gpu_gap_us_median": gaps[len(gaps) // 2] if gaps else 0.0,
+        "gpu_idle_in_small_gaps_s_per_step": sum(small) / 1e6 / steps,
+        "gpu_idle_in_large_gaps_s_per_step": (sum(gaps) - sum(small)) / 1e6 / steps,
+        "small_gap_us": small_us,
+    }
+
+
 def _top_level(ops: list[dict[str, Any]]) -> int:
     """Ops called by Python, not by another op (aten::linear calls aten::t and aten::mm: one op)."""
     count, end = 0, float("-inf")
@@ -94,6 +120,7 @@ def profile_steps(step: Callable[[], object], device: str, steps: int = 20,
             # From the first kernel to the last, the time the GPU ran nothing: waiting on the host.
             gpu_idle_s_per_step=(span - busy) / 1e6 / steps,
             gpu_idle_fraction=(span - busy) / span if span else 0.0,
+            **gap_summary(intervals, steps),
         )
         by_kernel: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
         for e in gpu:
