@@ -10,10 +10,11 @@ on a CPU, 2 and 8 where a GPU is present, so that requests queue on both machine
 
 Each request streams; the client times TTFT (queueing included), ITL and end-to-end latency. The
 script prints a `vllm bench serve` table per server and rate, then the comparison that matters
-here: TTFT percentiles side by side. One at a time, a request waits for every request ahead of it;
-batched, it waits for the batch running when it arrived (a static batch admits nobody once it has
-started) and then shares the machine with its batch. Writes results/cpu/ch05_online.json
-(results/gpu/ on a GPU, or --out / $OUT).
+here: TTFT percentiles side by side, and how much of each TTFT was spent before the engine started
+on the request (the client's TTFT minus the engine's own, from the response's metrics). One at a
+time, a request waits for every request ahead of it; batched, it waits for the batch running when
+it arrived (a static batch admits nobody once it has started) and then shares the machine with its
+batch. Writes results/cpu/ch05_online.json and a plot (results/gpu/ on a GPU, or --out / $OUT).
 
     python 06_benchmark_online.py --tokens 16 --num-requests 16
     python chapters/ch05_static_batching/06_benchmark_online.py --rate 0.5 1 2 --max-batch 16
@@ -28,8 +29,9 @@ import torch
 
 from shared.benchmark import launch_server, provenance, run_load, save_results, serve_table
 from shared.benchmark.cli import online_args
-from shared.benchmark.online import server_models
+from shared.benchmark.online import LoadResult, server_models
 from shared.benchmark.report import format_table
+from shared.stats import summarize
 
 HERE = Path(__file__).resolve().parent
 SERVERS = {
@@ -65,8 +67,16 @@ for label, folder in SERVERS.items():
             result = run_load(server.url, args.prompts, args.params, args.num_requests, None, rate,
                               args.seed, cards[label]["id"], args.endpoint, args.warmup)
             print(f"{label}\n{serve_table(result)}\n", flush=True)
-            loads[label].append(result.as_dict())
+            loads[label].append({**result.as_dict(), "before_engine_ms": before_engine(result)})
 
+
+
+def before_engine(result: LoadResult) -> dict[str, float]:
+    """Per request, the client's TTFT minus the engine's own (which starts when the engine starts
+    on the request): the time spent before the engine took it, mostly waiting for the request or
+    batch ahead of it. Summarised; HTTP and the batcher's gathering wait are in it too."""
+    return summarize([r.ttft_ms - r.reported["ttft_ms"] for r in result.records
+                      if r.ttft_ms is not None and "ttft_ms" in r.reported])
 
 
 def plot_ttft(loads: dict[str, list[dict[str, Any]]], rates: list[float], path: Path) -> Path:
@@ -93,11 +103,13 @@ rows = []
 for i, rate in enumerate(rates):
     for label in SERVERS:
         s = loads[label][i]["summary"]
-        rows.append([f"{rate:g}", label, f"{s['ttft_ms'].get('p50', float('nan')):.0f}",
+        wait = loads[label][i]["before_engine_ms"]
+        rows.append([f"{rate:g}", label, f"{wait.get('p50', float('nan')):.0f}",
+                     f"{wait.get('p90', float('nan')):.0f}", f"{s['ttft_ms'].get('p50', float('nan')):.0f}",
                      f"{s['ttft_ms'].get('p90', float('nan')):.0f}", f"{s['ttft_ms'].get('p99', float('nan')):.0f}",
                      f"{s['e2e_ms'].get('p50', float('nan')):.0f}", f"{s['output_throughput']:.1f}",
                      s["failed"]])
-print(format_table(["req/s", "server", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "E2E p50 ms",
+print(format_table(["req/s", "server", "wait p50 ms", "wait p90 ms", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "E2E p50 ms",
                     "out tok/s", "failed"], rows))
 
 if not args.no_save:
