@@ -57,19 +57,6 @@ if args.model:
 if args.threads:
     env["OMP_NUM_THREADS"] = str(args.threads)
 
-loads: dict[str, list[dict[str, Any]]] = {}
-cards: dict[str, dict[str, Any]] = {}
-for label, folder in SERVERS.items():
-    with launch_server("05_server:app", args.port, cwd=folder, env=env) as server:
-        cards[label] = server_models(server.url)[0]
-        loads[label] = []
-        for rate in rates:
-            result = run_load(server.url, args.prompts, args.params, args.num_requests, None, rate,
-                              args.seed, cards[label]["id"], args.endpoint, args.warmup)
-            print(f"{label}\n{serve_table(result)}\n", flush=True)
-            loads[label].append({**result.as_dict(), "before_engine_ms": before_engine(result)})
-
-
 
 def before_engine(result: LoadResult) -> dict[str, float]:
     """Per request, the client's TTFT minus the engine's own (which starts when the engine starts
@@ -99,6 +86,18 @@ def plot_ttft(loads: dict[str, list[dict[str, Any]]], rates: list[float], path: 
     return path
 
 
+loads: dict[str, list[dict[str, Any]]] = {}
+cards: dict[str, dict[str, Any]] = {}
+for label, folder in SERVERS.items():
+    with launch_server("05_server:app", args.port, cwd=folder, env=env) as server:
+        cards[label] = server_models(server.url)[0]
+        loads[label] = []
+        for rate in rates:
+            result = run_load(server.url, args.prompts, args.params, args.num_requests, None, rate,
+                              args.seed, cards[label]["id"], args.endpoint, args.warmup)
+            print(f"{label}\n{serve_table(result)}\n", flush=True)
+            loads[label].append({**result.as_dict(), "before_engine_ms": before_engine(result)})
+
 rows = []
 for i, rate in enumerate(rates):
     for label in SERVERS:
@@ -109,8 +108,8 @@ for i, rate in enumerate(rates):
                      f"{s['ttft_ms'].get('p90', float('nan')):.0f}", f"{s['ttft_ms'].get('p99', float('nan')):.0f}",
                      f"{s['e2e_ms'].get('p50', float('nan')):.0f}", f"{s['output_throughput']:.1f}",
                      s["failed"]])
-print(format_table(["req/s", "server", "wait p50 ms", "wait p90 ms", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms", "E2E p50 ms",
-                    "out tok/s", "failed"], rows))
+print(format_table(["req/s", "server", "wait p50 ms", "wait p90 ms", "TTFT p50 ms", "TTFT p90 ms",
+                    "TTFT p99 ms", "E2E p50 ms", "out tok/s", "failed"], rows))
 
 if not args.no_save:
     body = {"servers": {label: {"app_dir": str(folder.relative_to(HERE.parents[1])),
