@@ -27,7 +27,12 @@ from shared.model import load_model
 TOUR: list[tuple[str, str]] = [
     ("ch01_baseline", "chapters.ch01_baseline.engine:BaselineEngine"),
     ("ch02_generate_loop", "chapters.ch02_generate_loop.engine:GenerateLoopEngine"),
+    ("ch03_model", "chapters.ch03_model.engine:ModelEngine"),
+    ("ch04_kv_cache", "chapters.ch04_kv_cache.engine:KVCacheEngine"),
+    # Chapter 5 batches requests; one request alone runs chapter 4's code, so it adds no row here.
     ("ch06_profiling", "chapters.ch06_profiling.engine:CudaGraphEngine"),
+    ("ch07_triton", "chapters.ch07_triton.engine:TritonEngine"),
+    ("ch08_flash_attention", "chapters.ch08_flash_attention.engine:FlashAttentionEngine"),
 ]
 
 
