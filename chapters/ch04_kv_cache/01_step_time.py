@@ -4,7 +4,7 @@ Without a cache (chapter 3), the step that makes token t runs all t positions th
 With one (chapter 4), it runs one position and reads the keys and values of the t - 1 earlier ones
 from the cache. So chapter 3's step time should grow in proportion to the length, and chapter 4's
 should stay nearly flat, growing only with attention over the cache (a small term for this model
-at these lengths: 9 heads x 64 x t multiply-adds per layer, against ~4.4 million for the weights).
+at these lengths: 9 heads x 64 x t multiply-adds per layer, against ~3.5 million for the weights).
 
 For each context length (shuffled each round so that a change in machine load does not look like a
 change with length) the script times chapter 3's forward over that many positions and chapter 4's
