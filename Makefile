@@ -24,7 +24,7 @@ run: $(STAMP)
 	$(PY) -m shared.tour
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest
 
 clean-venv:
 	rm -rf $(VENV)
