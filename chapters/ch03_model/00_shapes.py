@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from chapters.ch03_model.model import NoCacheAttention, from_hf, parameter_count
-from shared import config
 from shared.benchmark import provenance, save_results
 from shared.model import load_model
 
