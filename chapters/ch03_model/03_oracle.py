@@ -19,6 +19,8 @@ Run it:  python 03_oracle.py
 
 import argparse
 
+import torch
+
 from chapters.ch01_baseline.engine import BaselineEngine
 from chapters.ch03_model.model import from_hf
 from chapters.ch03_model.oracle import compare_logits, greedy_tokens
@@ -39,10 +41,12 @@ PROMPTS = [
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--tokens", type=int, default=16, help="greedy tokens per prompt")
 parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
+parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                    help="default: float32 on a CPU, bfloat16 on a GPU")
 args = parser.parse_args()
 started = provenance()
 
-loaded = load_model(args.model)
+loaded = load_model(args.model, dtype=getattr(torch, args.dtype) if args.dtype else None)
 model = from_hf(loaded.model)
 tok = loaded.tokenizer
 prompts = [tok.encode(p) for p in PROMPTS]
@@ -56,6 +60,17 @@ for text, r in zip(PROMPTS, results):
           f"{r.argmax_agree:>13.0%}")
 worst = max(r.max_abs_diff for r in results)
 print(f"  worst max |diff| {worst:.2e}")
+
+# Transformers' default attention is PyTorch's fused SDPA kernel; its "eager" attention is the same
+# arithmetic as ours (scores, mask, float32 softmax, weighted sum). Against that, the rounding of
+# every step is the same, and in bfloat16 any remaining difference would be a bug, not rounding.
+default_attention = loaded.model.config._attn_implementation
+loaded.model.set_attn_implementation("eager")
+eager = compare_logits(model, loaded.model, prompts, pad_id=loaded.eos_token_id)
+loaded.model.set_attn_implementation(default_attention)
+worst_eager = max(r.max_abs_diff for r in eager)
+print(f"  against transformers' eager attention instead of {default_attention!r}: worst max |diff| "
+      f"{worst_eager:.2e}, top token equal at {min(r.argmax_agree for r in eager):.0%} of positions")
 
 # ---- greedy tokens ----------------------------------------------------------------------------------
 ours = greedy_tokens(model, prompts, args.tokens, pad_id=loaded.eos_token_id)
@@ -76,10 +91,14 @@ record = {
     "dtype": loaded.manifest["dtype"],
     "logits": [dict(prompt=p, **r.as_dict()) for p, r in zip(PROMPTS, results)],
     "worst_max_abs_diff": worst,
+    "reference_attention": default_attention,
+    "worst_max_abs_diff_vs_eager_attention": worst_eager,
+    "logits_vs_eager_attention": [dict(prompt=p, **r.as_dict()) for p, r in zip(PROMPTS, eager)],
     "greedy_tokens": args.tokens,
     "greedy": greedy,
     "greedy_identical": identical,
 }
-path = save_results("ch03_oracle", record, device=loaded.manifest["device"], started=started,
+name = "ch03_oracle" if args.dtype is None else f"ch03_oracle_{args.dtype}"
+path = save_results(name, record, device=loaded.manifest["device"], started=started,
                     model={"manifest": loaded.manifest, "manifest_sha256": loaded.manifest_sha256})
 print(f"\nwrote {path}")
