@@ -30,7 +30,7 @@ from shared.benchmark import provenance, save_results
 from shared.contracts import RequestMetrics, SamplingParams
 from shared.model import load_model
 
-TOLERANCE = 1e-3
+TOLERANCE = {torch.float32: 1e-3}  # bfloat16 (a GPU): no stated tolerance, differences reported
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--long", type=int, default=7000, help="tokens in the long prompt")
@@ -108,9 +108,10 @@ for label, prompt, n in [(text[:34], tok.encode(text), n) for text, n in cases] 
           f"{str(equal):>12} {str(loop_equal):>15} {seconds:>8.1f}")
     print(f"    -> {tok.decode(out)[:90]!r}")
 
-ok = all(r["max_abs_diff"] < TOLERANCE and r["greedy_equal"] for r in rows)
-print(f"\nall cases within {TOLERANCE:g} and token-identical: {ok}")
-record = {"tolerance": TOLERANCE, "all_within_tolerance_and_identical": ok, "cases": rows,
+tolerance = TOLERANCE.get(cached.dtype)
+ok = all((tolerance is None or r["max_abs_diff"] < tolerance) and r["greedy_equal"] for r in rows)
+print(f"\nall cases {'within %g and ' % tolerance if tolerance else ''}token-identical: {ok}")
+record = {"tolerance": tolerance, "all_within_tolerance_and_identical": ok, "cases": rows,
           "threads": torch.get_num_threads()}
 path = save_results("ch04_proof", record, device=str(cached.device), started=started,
                     model={"manifest": loaded.manifest, "manifest_sha256": loaded.manifest_sha256})
