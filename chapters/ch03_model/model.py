@@ -286,7 +286,8 @@ def hf_name(name: str) -> str:
 
 @torch.no_grad()
 def load_weights(model: Llama, state_dict: Mapping[str, Tensor]) -> None:
-    """Copy every parameter from `state_dict` by name, converting to the model's dtype and device.
+    """Load every parameter from `state_dict` by name, converting to the model's dtype and device
+    (tensors that already match are shared, not copied).
 
     Refuses, naming the tensor, a checkpoint that lacks one, has one of the wrong shape, or holds
     one this model has no place for (which would mean the architectures differ)."""
@@ -301,7 +302,12 @@ def load_weights(model: Llama, state_dict: Mapping[str, Tensor]) -> None:
                 f"tensor {key!r} has shape {tuple(tensor.shape)}, the model expects "
                 f"{tuple(param.shape)}: the checkpoint and the config disagree"
             )
-        param.copy_(tensor)
+        if tensor.dtype == param.dtype and tensor.device == param.device:
+            # Share the loaded storage instead of copying it: the process then holds one copy of
+            # the weights, not two (the library's model and ours read the same memory).
+            param.data = tensor.detach()
+        else:
+            param.copy_(tensor)
     known = {hf_name(n) for n in expected}
     if model.config.tie_word_embeddings and "lm_head.weight" in state_dict:
         # Some checkpoints store the tied matrix twice; it must really be the same matrix.
