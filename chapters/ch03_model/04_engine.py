@@ -35,7 +35,7 @@ if args.threads:
 started = provenance(args.notes)
 
 PROMPTS = [config.PROMPT, "The capital of France is", "def fibonacci(n):", "Bees make honey because"]
-loaded = load_model(args.model)  # loaded once; our engine copies the weights into its own model
+loaded = load_model(args.model)  # loaded once; our engine takes its weights over by name
 ours, theirs = ModelEngine(loaded), GenerateLoopEngine(loaded)
 
 # ---- 1. streaming: the events of one request ---------------------------------------------------

@@ -21,6 +21,6 @@ from shared.model import load_model
 
 if __name__ == "__main__":
     args = offline_args(__doc__)
-    loaded = load_model(args.model)  # one load; chapter 3's engine copies the weights by name
+    loaded = load_model(args.model)  # one load; chapter 3's engine loads the weights by name
     engines = [GenerateLoopEngine(loaded), ModelEngine(loaded)]
     offline_main(args, engines, name="ch03_offline", labels=["ch02_generate_loop", "ch03_model"])
