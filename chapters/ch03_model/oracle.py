@@ -13,13 +13,14 @@ from chapters.ch03_model.model import Llama, NoCacheAttention
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
-    """Stack prompts of different lengths into one batch, padding on the left so that every row's
-    next token lands in the last column. Padding slots get position -1 (invisible to attention)."""
+    """Prompts of different lengths -> token ids and positions, both [B, W] with W the longest.
+    Shorter prompts are padded on the left, so every row's last token is in the last column; a
+    padding slot holds `pad_id` (any token: nothing sees it) at position -1 (invisible to attention)."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     positions = torch.full((len(prompts), width), -1, dtype=torch.long)
     for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
         positions[row, width - len(prompt) :] = torch.arange(len(prompt))
     return ids.to(device), positions.to(device)
 

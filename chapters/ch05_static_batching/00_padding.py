@@ -33,8 +33,9 @@ import argparse
 import torch
 
 from chapters.ch03_model.model import NoCacheAttention, causal_visibility
+from chapters.ch03_model.oracle import left_pad
 from chapters.ch05_static_batching.batch_cache import BatchKVCache
-from chapters.ch05_static_batching.engine import StaticBatchEngine, left_pad
+from chapters.ch05_static_batching.engine import StaticBatchEngine
 from shared.benchmark import provenance, save_results
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

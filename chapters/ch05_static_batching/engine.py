@@ -6,7 +6,7 @@ arithmetic, sets the pace. Put B requests side by side and the same weights serv
 read. This engine does that, the simplest way (vLLM's ancestors called it static batching):
 
 * **Padding.** Prompts have different lengths; a batch is a rectangle. Each prompt is padded *on
-  the left* (`left_pad`), so every row's newest token sits in the last column and each decode step
+  the left* (chapter 3's `left_pad`), so every row's newest token sits in the last column and each decode step
   appends one column to all rows at once.
 * **Positions and mask.** Each row counts its own positions from 0, and padding slots get position
   -1: attention (chapter 3's `causal_visibility`) never lets a query see a key at a negative
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from chapters.ch02_generate_loop.sampling import derive_seed
+from chapters.ch03_model.oracle import left_pad
 from chapters.ch04_kv_cache.engine import KVCacheEngine
 from chapters.ch05_static_batching.batch_cache import BatchKVCache
 from shared.contracts import GenerateResult, SamplingParams, TokenEvent
@@ -53,21 +54,6 @@ class BatchStats:
     def positions_wasted(self) -> int:
         """Left padding in the prefill, and finished rows carried through decode steps."""
         return self.positions_computed - self.positions_needed
-
-
-def left_pad(
-    prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompts of different lengths -> token ids and positions, both [B, W] with W the longest.
-    Shorter prompts are padded on the left, so every row's last token is in the last column; a
-    padding slot holds `pad_id` (any token: nothing sees it) at position -1."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    positions = torch.full((len(prompts), width), -1, dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
-        positions[row, width - len(prompt) :] = torch.arange(len(prompt))
-    return ids.to(device), positions.to(device)
 
 
 class StaticBatchEngine(KVCacheEngine):
