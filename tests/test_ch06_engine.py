@@ -69,3 +69,9 @@ def test_real_model_same_greedy_tokens_as_chapter_4():
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     for prompt in PROMPTS[:3]:
         assert ours.generate(prompt, params).output_ids == ch04.generate(prompt, params).output_ids
+
+
+@pytest.mark.parametrize("min_cache_len", [0, 24, 1 << 20])
+def test_bad_min_cache_len_is_refused(tiny_engines, min_cache_len: int) -> None:
+    with pytest.raises(ValueError, match="min_cache_len"):
+        CudaGraphEngine(tiny_engines[0].loaded, min_cache_len=min_cache_len)

@@ -73,3 +73,16 @@ def test_buckets_are_powers_of_two_from_256():
     cache = StaticKVCache(layers=30, kv_heads=3, head_dim=64, max_len=256, device="cpu",
                           dtype=torch.bfloat16)
     assert cache.nbytes == 30 * 2 * 3 * 64 * 256 * 2  # 23,040 bytes per position in bf16
+
+
+@pytest.mark.parametrize("smallest", [0, -4, 100, True])
+def test_bucket_refuses_a_smallest_that_is_not_a_power_of_two(smallest) -> None:
+    with pytest.raises(ValueError, match="smallest"):  # 0 used to loop forever
+        bucket(10, smallest)
+
+
+@pytest.mark.parametrize("name", ["layers", "kv_heads", "head_dim", "max_len"])
+def test_static_cache_refuses_empty_sizes(name: str) -> None:
+    sizes = {"layers": 1, "kv_heads": 1, "head_dim": 16, "max_len": 16, name: 0}
+    with pytest.raises(ValueError, match=name):
+        StaticKVCache(**sizes, device="cpu", dtype=torch.float32)

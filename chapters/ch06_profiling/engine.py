@@ -50,7 +50,12 @@ class CudaGraphEngine(KVCacheEngine):
         min_cache_len: int = 256,
         compile_step: bool = False,
     ) -> None:
+        if (isinstance(min_cache_len, bool) or not isinstance(min_cache_len, int) or min_cache_len < 1
+                or min_cache_len & (min_cache_len - 1)):
+            raise ValueError(f"min_cache_len must be a power of two >= 1, got {min_cache_len!r}")
         super().__init__(model, device, sampler)
+        if min_cache_len > self.max_context:
+            raise ValueError(f"min_cache_len={min_cache_len} exceeds the model's context of {self.max_context}")
         self.min_cache_len = min_cache_len  # the smallest bucket; tests use a small one
         self.use_graphs = self.device.type == "cuda"
         # Off by default: fusing changes rounding, so tokens may leave chapter 4's. gpu_benchmark.py
@@ -70,11 +75,17 @@ class CudaGraphEngine(KVCacheEngine):
         if size > self.max_context:
             raise ValueError(f"{tokens} positions do not fit the model's context of {self.max_context}")
         if size not in self._steps:
-            step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size), self.compile_step)
-            if self.use_graphs:
-                step.capture()
-            self._steps[size] = step
+            self._steps[size] = self.new_step(size)
         return self._steps[size]
+
+    def new_step(self, size: int, capture: bool | None = None) -> DecodeStep:
+        """A static step over a new cache of `size` slots, captured as a graph on a GPU unless
+        `capture=False`. Later chapters override this to build their own step; `step_for` keeps
+        the buckets."""
+        step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size), self.compile_step)
+        if self.use_graphs if capture is None else capture:
+            step.capture()
+        return step
 
     def new_sequence(
         self, prompt_ids: list[int], params: SamplingParams, metrics: RequestMetrics

@@ -35,6 +35,10 @@ class StaticKVCache:
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, max_len: int,
                  device: str | torch.device, dtype: torch.dtype) -> None:
+        for name, size in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim),
+                           ("max_len", max_len)):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"StaticKVCache: {name} must be an integer >= 1, got {size!r}")
         shape = (layers, 1, kv_heads, max_len, head_dim)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
@@ -123,6 +127,9 @@ class DecodeStep:
 
 def bucket(tokens: int, smallest: int = 256) -> int:
     """The cache length for a request needing `tokens` slots: the next power of two >= smallest."""
+    # smallest=0 would loop forever, and a non-power of two would skip past the model's context.
+    if isinstance(smallest, bool) or not isinstance(smallest, int) or smallest < 1 or smallest & (smallest - 1):
+        raise ValueError(f"bucket: smallest must be a power of two >= 1, got {smallest!r}")
     size = smallest
     while size < tokens:
         size *= 2
