@@ -103,6 +103,8 @@ def test_writing_past_the_end_raises(engines) -> None:
         cached.model(torch.tensor([[1, 2, 3]]), torch.arange(3)[None], cache)
 
 
-def test_bad_cache_sizes_rejected() -> None:
-    with pytest.raises(ValueError, match="max_len"):
-        KVCache(2, 1, 2, 16, 0, "cpu", torch.float32)
+@pytest.mark.parametrize("name", ["layers", "rows", "kv_heads", "head_dim", "max_len"])
+def test_bad_cache_sizes_rejected(name: str) -> None:
+    sizes = {"layers": 2, "rows": 1, "kv_heads": 2, "head_dim": 16, "max_len": 4, name: 0}
+    with pytest.raises(ValueError, match=name):
+        KVCache(**sizes, device="cpu", dtype=torch.float32)

@@ -47,8 +47,10 @@ class KVCache:
         device: torch.device | str,
         dtype: torch.dtype,
     ) -> None:
-        if rows < 1 or max_len < 1:
-            raise ValueError(f"a cache needs rows >= 1 and max_len >= 1, got {rows} and {max_len}")
+        for name, size in (("layers", layers), ("rows", rows), ("kv_heads", kv_heads),
+                           ("head_dim", head_dim), ("max_len", max_len)):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"KVCache: {name} must be an integer >= 1, got {size!r}")
         shape = (rows, kv_heads, max_len, head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(layers)]
