@@ -181,8 +181,20 @@ def test_cli_rejects_bad_arguments() -> None:
     for argv in (["--tokens", "0"], ["--runs", "0"], ["--threads", "0"]):
         with pytest.raises(SystemExit):
             offline_args(argv=argv)
-    with pytest.raises(SystemExit):
-        online_args(argv=["--rate", "0"])
+    for argv in (["--rate", "0"], ["--rate", "-1"], ["--num-requests", "0"], ["--concurrency", "1", "0"],
+                 ["--rate", "2", "--max-concurrency", "0"], ["--warmup", "-1"]):
+        with pytest.raises(SystemExit):
+            online_args(argv=argv)
+
+
+@pytest.mark.parametrize("kwargs, name", [({"num_requests": 0}, "num_requests"),
+                                          ({"concurrency": 0}, "concurrency"),
+                                          ({"rate": -1.0}, "request rate"),
+                                          ({"rate": math.nan}, "request rate")])
+def test_run_load_refuses_bad_arguments_before_contacting_the_server(kwargs, name: str) -> None:
+    call = {"num_requests": 2, **kwargs}
+    with pytest.raises(ValueError, match=name):  # the URL is never contacted: nothing listens there
+        run_load("http://127.0.0.1:9", ["hi"], GREEDY, **call)
 
 
 # ---- online -----------------------------------------------------------------------------------

@@ -64,6 +64,8 @@ def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argp
         if args.threads < 1:
             p.error(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    if args.warmup < 0:
+        p.error(f"--warmup must be >= 0, got {args.warmup}")
     if getattr(args, "runs", 1) < 1:
         p.error(f"--runs must be >= 1, got {args.runs}")
     args.prompts = args.prompt or [config.PROMPT]
@@ -138,6 +140,8 @@ def online_args(description: str | None = None, argv: Sequence[str] | None = Non
         p.error(f"--concurrency values must be >= 1, got {args.concurrency}")
     if args.rate is not None and any(not (r > 0) for r in args.rate):
         p.error(f"--rate values must be > 0, got {args.rate}")
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        p.error(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
     return args
 
 

@@ -243,6 +243,8 @@ class LoadResult:
 def load_mode(concurrency: int | None, rate: float) -> dict[str, Any]:
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
+    if not rate > 0:  # checked here too, so run_load refuses it before it contacts the server
+        raise ValueError(f"request rate must be > 0 (or inf), got {rate!r}")
     if math.isinf(rate):
         name = "sequential" if concurrency in (None, 1) else f"concurrency {concurrency}"
         return {"name": name, "concurrency": concurrency or 1, "request_rate": "inf"}
