@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from chapters.ch02_generate_loop.sampling import ReferenceSampler, TorchSampler
 from chapters.ch03_model.model import Llama
 from chapters.ch06_profiling.engine import CudaGraphEngine
-from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket
+from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache
 from chapters.ch07_triton.decode_attention import decode_attention
 from chapters.ch07_triton.layers import use_triton_kernels
 from chapters.ch07_triton.rope_cache import rope_cache_write
@@ -137,20 +137,11 @@ class TritonEngine(CudaGraphEngine):
                 f"{where}; prefill = {self.prefill_kind}")
 
     def new_step(self, size: int, capture: bool | None = None) -> DecodeStep:
-        """A static step over a new cache of `size` slots; captured as a graph on a GPU unless
-        `capture=False` (the GPU script times prefills on uncaptured steps)."""
+        """Chapter 6's step_for asks for a step per bucket; ours is a TritonDecodeStep. Captured as
+        a graph on a GPU unless `capture=False` (the GPU script times prefills on uncaptured steps)."""
         if not self.kernels:
-            step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size))
-        else:
-            step = self.step_class(self.model, self.fast_model, StaticKVCache.for_model(self.model, size))
+            return super().new_step(size, capture)
+        step = self.step_class(self.model, self.fast_model, StaticKVCache.for_model(self.model, size))
         if self.use_graphs if capture is None else capture:
             step.capture()
         return step
-
-    def step_for(self, tokens: int) -> DecodeStep:
-        # Chapter 6's step_for builds a plain DecodeStep for a bucket it has not seen; putting ours
-        # in its table first makes it return ours (it still checks the size against the context).
-        size = bucket(tokens, self.min_cache_len)
-        if self.kernels and size <= self.max_context and size not in self._steps:
-            self._steps[size] = self.new_step(size)
-        return super().step_for(tokens)

@@ -89,17 +89,14 @@ class CompiledGraphEngine(CudaGraphEngine):
         self.implementation = (f"ch03 Llama, static KV cache, decode step torch.compile(mode={mode!r}), "
                                + ("replayed from a CUDA graph" if self.use_graphs else "run eagerly"))
 
-    def step_for(self, tokens: int) -> DecodeStep:
-        size = bucket(tokens, self.min_cache_len)
-        if size <= self.max_context and size not in self._steps:
-            step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size))
-            step._forward = torch.compile(step._forward, mode=self.mode, dynamic=False)  # type: ignore[method-assign]
-            with torch.inference_mode():
-                step._forward()  # compile (and autotune) now, outside any graph capture
-            if self.use_graphs:
-                step.capture()
-            self._steps[size] = step
-        return super().step_for(tokens)
+    def new_step(self, size: int, capture: bool | None = None) -> DecodeStep:
+        step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size))
+        step._forward = torch.compile(step._forward, mode=self.mode, dynamic=False)  # type: ignore[method-assign]
+        with torch.inference_mode():
+            step._forward()  # compile (and autotune) now, outside any graph capture
+        if self.use_graphs if capture is None else capture:
+            step.capture()
+        return step
 
 
 def decode_run(engine: Any, params: SamplingParams) -> dict[str, Any]:
