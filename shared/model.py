@@ -166,9 +166,16 @@ def resolve_model_source(model: str | None) -> tuple[Path, dict[str, Any]]:
             "weights": "Q4_1 dequantised to float32 by transformers' GGUF reader",
             "stored_parameter_digest": complete["parameter_digest"],
         }
-    folder = Path(model)
+    folder = Path(model).expanduser()
     if folder.is_dir():
         return folder, {"model": folder.name, "source": str(folder), "weights": "as stored"}
+    if folder.is_file():
+        raise ValueError(f"model={model!r} is a file but not a .gguf; give a .gguf file, a model "
+                         "folder or a Hugging Face id")
+    # A hub id is "org/name"; anything else with a path's shape is a path that does not exist.
+    if model.startswith((".", "/", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model):
+        raise ModelNotFoundError(f"{model} does not exist (neither a .gguf file nor a model folder); "
+                                 f"{INSTALL_HINT}")
     # A Hugging Face id: only readers with a network (or a filled HF cache) get here.
     return Path(model), {"model": model, "source": f"hf:{model}", "weights": "as stored"}
 

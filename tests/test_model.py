@@ -188,3 +188,18 @@ def test_tiny_model_weights_depend_only_on_the_seed(tiny: LoadedModel) -> None:
     assert digest(a.model) == digest(b.model)
     assert digest(a.model) != digest(c.model)
     assert a.manifest_sha256 == b.manifest_sha256 != c.manifest_sha256
+
+
+@pytest.mark.parametrize("model", ["/nonexistent/path", "./no_such_model", "a/b/c"])
+def test_missing_local_path_is_not_treated_as_a_hub_id(model: str) -> None:
+    with pytest.raises(ModelNotFoundError, match="does not exist") as info:
+        load_model(model)
+    assert model in str(info.value)
+    _assert_install_hint(info.value)
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
+    weights = tmp_path / "model.bin"
+    weights.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="not a .gguf"):
+        load_model(str(weights))
