@@ -373,3 +373,11 @@ def test_closing_a_stream_stops_generation(tiny: LoadedModel) -> None:
         await runner.aclose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("max_queue", [-1, 1.5, True, "4"])
+def test_bad_max_queue_is_refused(max_queue) -> None:
+    with pytest.raises(ValueError, match="max_queue"):
+        OfflineRunner(object(), max_queue=max_queue)
+    with pytest.raises(ValueError, match="max_queue"):
+        make_app(object(), max_queue=max_queue)
