@@ -57,6 +57,7 @@ import torch
 from chapters.ch06_profiling.engine import CudaGraphEngine
 from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket
 from chapters.ch06_profiling.timeline import profile_steps
+from chapters.ch06_profiling.token_check import first_difference, record_logits
 from chapters.ch07_triton.engine import TritonEngine
 from chapters.ch08_flash_attention.engine import FlashAttentionEngine
 from shared import config
@@ -278,32 +279,12 @@ class Baseline:
 # ---- the parts -------------------------------------------------------------------------------
 
 
-def record_logits(engine: Any, prompt: str, params: SamplingParams) -> tuple[list[int], torch.Tensor]:
-    """Generate, keeping the logits every step selected from (an instance attribute shadows the
-    engine's select() for this call only)."""
-    rows: list[torch.Tensor] = []
-    select_token = engine.select
-
-    def keep(logits: torch.Tensor, p: SamplingParams, seed: int | None, step: int) -> int:
-        rows.append(logits.float().clone())
-        return select_token(logits, p, seed, step)
-
-    engine.select = keep
-    try:
-        ids = engine.generate(prompt, params).output_ids
-    finally:
-        del engine.select
-    return ids, torch.stack(rows)
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
-
-
 def compare_tokens(ref: tuple[list[int], torch.Tensor], other: tuple[list[int], torch.Tensor]) -> dict[str, Any]:
     """Same tokens? If not: where they part, and how close each engine's choice was there (its
     logit of its own token minus its logit of the other engine's token, >= 0). Logits are
-    comparable only while the tokens so far are the same: the largest difference is taken there."""
+    comparable only while the tokens so far are the same: the largest difference is taken there.
+    Not chapter 6's token_check.compare, which also counts the first differing step's logits: the
+    book quotes this one as the largest difference *before* the first different token."""
     (a_ids, a_log), (b_ids, b_log) = ref, other
     first = first_difference(a_ids, b_ids)
     same_prefix = len(a_ids) if first is None else first
