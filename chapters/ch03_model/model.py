@@ -302,7 +302,9 @@ def load_weights(model: Llama, state_dict: Mapping[str, Tensor]) -> None:
                 f"tensor {key!r} has shape {tuple(tensor.shape)}, the model expects "
                 f"{tuple(param.shape)}: the checkpoint and the config disagree"
             )
-        if tensor.dtype == param.dtype and tensor.device == param.device:
+        if (tensor.dtype, tensor.device) == (param.dtype, param.device) and not (
+            torch.is_inference_mode_enabled() or tensor.is_inference()
+        ):
             # Share the loaded storage instead of copying it: the process then holds one copy of
             # the weights, not two (the library's model and ours read the same memory).
             param.data = tensor.detach()
@@ -324,8 +326,11 @@ def load_weights(model: Llama, state_dict: Mapping[str, Tensor]) -> None:
 def from_hf(hf_model: nn.Module) -> Llama:
     """Our model with the weights of a transformers Llama, on its device and in its dtype."""
     first = next(hf_model.parameters())
-    model = Llama(ModelConfig.from_hf(hf_model.config), device=first.device, dtype=first.dtype)
-    load_weights(model, hf_model.state_dict())
+    # Built outside inference mode even when the caller is inside it, so that the model can share
+    # the library's weights (tensors made in inference mode cannot be shared with ordinary code).
+    with torch.inference_mode(False):
+        model = Llama(ModelConfig.from_hf(hf_model.config), device=first.device, dtype=first.dtype)
+        load_weights(model, hf_model.state_dict())
     return model.eval()
 
 
