@@ -10,7 +10,6 @@ import textwrap
 from collections.abc import Iterator
 
 import pytest
-import torch
 
 from chapters.ch01_baseline.engine import BaselineEngine
 from shared.benchmark import (
@@ -35,16 +34,6 @@ from shared.model import LoadedModel, tiny_model
 from shared.stats import percentile, summarize
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    # The tiny model's matmuls are too small to split; on a busy 2-core machine two threads
-    # mostly wait for each other (about 10x slower here). Restored for the next test module.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

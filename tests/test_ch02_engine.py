@@ -6,7 +6,6 @@ exactly the tokens a test needs."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -18,16 +17,6 @@ from shared.engine import PromptTooLongError
 from shared.model import LoadedModel, tiny_model
 
 EOS = 2
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny matrices gain nothing from two threads, and on a shared machine OpenMP's spinning
-    threads make them many times slower; restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
-import torch
 
 from chapters.ch01_baseline.engine import BaselineEngine
 from chapters.ch02_generate_loop.engine import GenerateLoopEngine
@@ -23,13 +21,8 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def loaded() -> Iterator[LoadedModel]:
-    # One thread: on a shared 2-core machine OpenMP's spinning second thread costs far more than it
-    # gives (chapter 2's page on measurement says why); restored afterwards.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield load_model()
-    torch.set_num_threads(before)
+def loaded() -> LoadedModel:
+    return load_model()
 
 
 def test_greedy_tokens_equal_chapter_1(loaded: LoadedModel) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -21,15 +21,6 @@ from shared.contracts import SamplingParams
 
 REF, VEC = ReferenceSampler(), TorchSampler()
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Small tensors gain nothing from two threads, and on a shared machine OpenMP's spinning
-    threads make them many times slower; restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 # The issue's configurations: greedy, temperature, + top-k, + top-p, all three (and a few edges).
 CONFIGS = {

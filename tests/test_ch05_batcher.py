@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
-import torch
 
 from chapters.ch01_baseline.engine import BaselineEngine
 from chapters.ch05_static_batching.batcher import BatchingRunner
@@ -23,14 +21,6 @@ from shared.server import make_app
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

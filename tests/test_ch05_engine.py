@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -29,14 +29,6 @@ from shared.model import load_model, tiny_model
 LOGIT_TOL = 1e-3
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # a shared 2-core machine: see tests/test_server.py
-    yield
-    torch.set_num_threads(before)
 
 
 class Recording(StaticBatchEngine):

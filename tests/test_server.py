@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-import torch
 from fastapi.testclient import TestClient
 
 from chapters.ch01_baseline.engine import BaselineEngine
@@ -23,16 +22,6 @@ from shared.server import make_app
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 HI = [{"role": "user", "content": "Hi"}]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    # On a shared 2-core machine, torch's thread pool spinning against other processes makes tiny
-    # matmuls ~50x slower; one thread keeps this file fast.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from chapters.ch03_model.oracle import left_pad
 from chapters.ch04_kv_cache.engine import KVCacheEngine
 from chapters.ch05_static_batching.batch_cache import BatchKVCache
 from shared.contracts import GenerateResult, SamplingParams, TokenEvent
-from shared.engine import RequestState, per_row_params
+from shared.engine import per_row_params
 
 
 @dataclass
@@ -87,7 +87,6 @@ class StaticBatchEngine(KVCacheEngine):
         # Slot = position: the cache must reach the furthest position any row may ask for.
         limit = max(len(p) + sp.max_tokens for p, sp in zip(prompts, params))
         cache = BatchKVCache.for_model(self.model, len(prompts), ids.shape[1], limit)
-        start = time.perf_counter()
         first_token_at = 0.0
         for step in range(max(sp.max_tokens for sp in params)):
             events: list[TokenEvent | None] = [None] * len(states)
