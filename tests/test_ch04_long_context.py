@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from chapters.ch03_model.model import NoCacheAttention
 from chapters.ch04_kv_cache.engine import KVCacheEngine
-from shared.contracts import RequestMetrics, SamplingParams
+from chapters.ch04_kv_cache.proof import cached_greedy, reference_logits
+from shared.contracts import SamplingParams
 from shared.model import tiny_model
 
 
@@ -16,16 +16,8 @@ def test_cache_filling_the_context_matches_uncached_model() -> None:
     prompt = torch.randint(0, 40000, (480,), generator=torch.Generator().manual_seed(0)).tolist()
     n = engine.max_context - len(prompt) - 1
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-    seq = engine.new_sequence(prompt, params, RequestMetrics())
-    out, steps = [], []
-    with torch.inference_mode():
-        for _ in range(n):
-            logits, _ = engine.next_logits(seq)
-            steps.append(logits)
-            out.append(int(logits.argmax()))
-            seq.token_ids.append(out[-1])
-        ids = torch.tensor([prompt + out[:-1]])
-        ref = engine.model(ids, torch.arange(ids.shape[1])[None], NoCacheAttention())[0, len(prompt) - 1 :]
-    assert (torch.stack(steps) - ref).abs().max().item() < 1e-4
+    out, steps = cached_greedy(engine, prompt, n)
+    ref = reference_logits(engine, prompt, out)
+    assert (steps - ref).abs().max().item() < 1e-4
     assert ref.argmax(-1).tolist() == out
     assert engine.generate(prompt, params).output_ids == out

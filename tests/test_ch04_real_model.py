@@ -8,12 +8,11 @@ position, the logits its own loop would compute at each step (the model is causa
 from __future__ import annotations
 
 import pytest
-import torch
 
-from chapters.ch03_model.model import NoCacheAttention
 from chapters.ch04_kv_cache.engine import KVCacheEngine
+from chapters.ch04_kv_cache.proof import cached_greedy, reference_logits
 from shared.config import PROMPT
-from shared.contracts import RequestMetrics, SamplingParams
+from shared.contracts import SamplingParams
 from shared.model import load_model
 
 TOLERANCE = 1e-3  # float32; logits are tens
@@ -30,19 +29,11 @@ def engine() -> KVCacheEngine:
 @pytest.mark.parametrize("text,n", CASES, ids=["bee", "france", "code", "chat", "long"])
 def test_cached_steps_match_uncached_model(engine, text: str, n: int) -> None:
     prompt = engine.encode(text)
-    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-    seq = engine.new_sequence(prompt, params, RequestMetrics())
-    out, steps = [], []
-    with torch.inference_mode():
-        for _ in range(n):
-            logits, _ = engine.next_logits(seq)
-            steps.append(logits)
-            out.append(int(logits.argmax()))
-            seq.token_ids.append(out[-1])
-        ids = torch.tensor([prompt + out[:-1]])
-        ref = engine.model(ids, torch.arange(ids.shape[1])[None], NoCacheAttention())[0, len(prompt) - 1 :]
-    diff = (torch.stack(steps) - ref).abs().max().item()
+    out, steps = cached_greedy(engine, prompt, n)
+    ref = reference_logits(engine, prompt, out)
+    diff = (steps - ref).abs().max().item()
     assert diff < TOLERANCE, f"max |cached - uncached| {diff:.2e}"
     assert ref.argmax(-1).tolist() == out  # chapter 3 would have chosen every one of these tokens
     # And the engine's public path gives the same tokens.
+    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     assert engine.generate(prompt, params).output_ids == out

@@ -23,11 +23,11 @@ import time
 import torch
 
 from chapters.ch03_model.engine import ModelEngine
-from chapters.ch03_model.model import NoCacheAttention
 from chapters.ch04_kv_cache.engine import KVCacheEngine
+from chapters.ch04_kv_cache.proof import cached_greedy, reference_logits
 from shared import config
 from shared.benchmark import provenance, save_results
-from shared.contracts import RequestMetrics, SamplingParams
+from shared.contracts import SamplingParams
 from shared.model import load_model
 
 TOLERANCE = {torch.float32: 1e-3}  # bfloat16 (a GPU): no stated tolerance, differences reported
@@ -60,29 +60,6 @@ def counting_prompt(n_tokens: int) -> list[int]:
     return ids
 
 
-@torch.inference_mode()
-def cached_greedy(prompt: list[int], n: int) -> tuple[list[int], torch.Tensor]:
-    """Chapter 4's engine, step by step, keeping each step's logits [n, V]."""
-    params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-    seq = cached.new_sequence(prompt, params, RequestMetrics())
-    out, steps = [], []
-    for _ in range(n):
-        logits, _ = cached.next_logits(seq)
-        steps.append(logits.float())
-        out.append(int(logits.argmax()))
-        seq.token_ids.append(out[-1])
-    return out, torch.stack(steps)
-
-
-@torch.inference_mode()
-def reference_logits(prompt: list[int], continuation: list[int]) -> torch.Tensor:
-    """Chapter 3's model over prompt + continuation, once: the logits of each generation step."""
-    ids = torch.tensor([prompt + continuation[:-1]], device=cached.device)
-    positions = torch.arange(ids.shape[1], device=cached.device)[None]
-    logits = no_cache.model(ids, positions, NoCacheAttention())[0]
-    return logits[len(prompt) - 1 :].float()
-
-
 cases = [(config.PROMPT, 32), ("The capital of France is", 128),
          ("<|im_start|>user\nWrite a haiku about bees.<|im_end|>\n<|im_start|>assistant\n", 64)]
 rows = []
@@ -92,8 +69,8 @@ for label, prompt, n in [(text[:34], tok.encode(text), n) for text, n in cases] 
     (f"counting, {args.long} tokens", counting_prompt(args.long), 16)
 ]:
     t = time.perf_counter()
-    out, ours = cached_greedy(prompt, n)
-    ref = reference_logits(prompt, out)
+    out, ours = cached_greedy(cached, prompt, n)
+    ref = reference_logits(cached, prompt, out)
     diff = (ours - ref).abs().max().item()
     equal = bool((ref.argmax(-1) == torch.tensor(out, device=ref.device)).all())
     loop_equal = None
