@@ -5,7 +5,8 @@
 one, $OUT/gpu_tables.json (results/gpu/ when OUT is unset), with each command, exit status, time and
 output tail as provenance.
 
-    python chapters/ch06_profiling/gpu_tables.py [--budget-s 450] [--tokens 256]
+    python chapters/ch06_profiling/gpu_tables.py [--budget-s 450] [--tokens 256] [--online-tokens 64]
+                                                 [--only ch04 online]   # labels containing any
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ OFFLINE = ["ch01_baseline", "ch02_generate_loop", "ch03_model", "ch04_kv_cache",
 ONLINE = ["ch01_baseline", "ch04_kv_cache", "ch05_static_batching"]
 
 
-def jobs(tokens: int, tmp: Path) -> list[tuple[str, list[str]]]:
-    """(label, argv) for every benchmark that exists in this checkout, in chapter order."""
+def jobs(tokens: int, online_tokens: int, tmp: Path,
+         only: list[str] | None = None) -> list[tuple[str, list[str]]]:
+    """(label, argv) for every benchmark that exists in this checkout, in chapter order; with
+    `only`, those whose label contains one of its words."""
     py, out = sys.executable, ["--out", str(tmp)]
     found = []
     for chapter in OFFLINE:
@@ -43,43 +46,44 @@ def jobs(tokens: int, tmp: Path) -> list[tuple[str, list[str]]]:
     for chapter in ONLINE:
         script = REPO / "chapters" / chapter / "06_benchmark_online.py"
         if script.is_file() and (script.parent / "05_server.py").is_file():
-            found.append((f"{chapter}/online", [py, str(script), "--num-requests", "8", *out]))
+            found.append((f"{chapter}/online", [py, str(script), "--num-requests", "8",
+                                                "--tokens", str(online_tokens), *out]))
     found.append(("tour", [py, "-m", "shared.tour", "--tokens", str(tokens), *out]))
-    return found
+    return [(label, argv) for label, argv in found if not only or any(w in label for w in only)]
 
 
-def run_all(budget_s: float, tokens: int) -> dict[str, Any]:
+def run_all(budget_s: float, jobs_to_run: list[tuple[str, list[str]]],
+            job_timeout_s: float, tmp: Path) -> dict[str, Any]:
+    """Run each job in turn, writing into `tmp`, and collect the JSON files each one wrote."""
     missing = [m for m in ("requests", "tqdm") if importlib.util.find_spec(m) is None]
     runs: list[dict[str, Any]] = []
     results: dict[str, Any] = {}
     deadline = time.monotonic() + budget_s
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        for label, argv in jobs(tokens, tmp):
-            left = deadline - time.monotonic()
-            record: dict[str, Any] = {"label": label, "command": " ".join(argv[1:])}
-            if left < 20:
-                record["skipped"] = "time budget spent"
-                runs.append(record)
-                continue
-            before = set(tmp.glob("*.json"))
-            t0 = time.monotonic()
-            try:
-                proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
-                                      timeout=min(left, 150), env={**os.environ, "OUT": str(tmp),
-                                           "PYTHONPATH": str(REPO)})
-                record.update(returncode=proc.returncode, tail=(proc.stdout + proc.stderr)[-2500:])
-            except subprocess.TimeoutExpired as exc:
-                out = (exc.stdout or b"") + (exc.stderr or b"")
-                text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
-                record.update(returncode=None, timed_out=True, tail=text[-2500:])
-            record["seconds"] = round(time.monotonic() - t0, 1)
-            for path in sorted(set(tmp.glob("*.json")) - before):
-                results[path.stem] = json.loads(path.read_text())
-                record.setdefault("files", []).append(path.name)
+    for label, argv in jobs_to_run:
+        left = deadline - time.monotonic()
+        record: dict[str, Any] = {"label": label, "command": " ".join(argv[1:])}
+        if left < 20:
+            record["skipped"] = "time budget spent"
             runs.append(record)
-            print(f"{label:<32} rc={record.get('returncode')} {record['seconds']:>6}s "
-                  f"{record.get('files', [])}", flush=True)
+            continue
+        before = set(tmp.glob("*.json"))
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
+                                  timeout=min(left, job_timeout_s),
+                                  env={**os.environ, "OUT": str(tmp), "PYTHONPATH": str(REPO)})
+            record.update(returncode=proc.returncode, tail=(proc.stdout + proc.stderr)[-2500:])
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.stdout or b"") + (exc.stderr or b"")
+            text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+            record.update(returncode=None, timed_out=True, tail=text[-2500:])
+        record["seconds"] = round(time.monotonic() - t0, 1)
+        for path in sorted(set(tmp.glob("*.json")) - before):
+            results[path.stem] = json.loads(path.read_text())
+            record.setdefault("files", []).append(path.name)
+        runs.append(record)
+        print(f"{label:<32} rc={record.get('returncode')} {record['seconds']:>6}s "
+              f"{record.get('files', [])}", flush=True)
     return {"missing_modules": missing, "runs": runs, "results": results}
 
 
@@ -100,15 +104,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=450.0)
     parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--online-tokens", type=int, default=64,
+                        help="new tokens per online request (16 requests per online benchmark)")
+    parser.add_argument("--job-timeout-s", type=float, default=150.0)
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="run only the benchmarks whose label contains one of these")
+    parser.add_argument("--name", default="gpu_tables", help="results file name, without .json")
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
     args = parser.parse_args()
     if args.list:
-        for label, argv in jobs(args.tokens, Path("$TMP")):
+        for label, argv in jobs(args.tokens, args.online_tokens, Path("$TMP"), args.only):
             print(f"{label:<32} {' '.join(argv[1:])}")
         return
-    doc = run_all(args.budget_s, args.tokens)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        planned = jobs(args.tokens, args.online_tokens, Path(tmp_name), args.only)
+        doc = run_all(args.budget_s, planned, args.job_timeout_s, Path(tmp_name))
     doc["provenance"] = provenance("cuda" if _cuda() else "cpu")
-    path = out_dir("cuda" if _cuda() else "cpu") / "gpu_tables.json"
+    path = out_dir("cuda" if _cuda() else "cpu") / f"{args.name}.json"
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print(f"\nwrote {path}")
     if doc["missing_modules"]:
