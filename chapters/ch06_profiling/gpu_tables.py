@@ -71,7 +71,7 @@ def run_all(budget_s: float, jobs_to_run: list[tuple[str, list[str]]],
         try:
             proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
                                   timeout=min(left, job_timeout_s),
-                                  env={**os.environ, "OUT": str(tmp), "PYTHONPATH": str(REPO)})
+                                  env={**os.environ, "OUT": str(tmp), "PYTHONPATH": python_path()})
             record.update(returncode=proc.returncode, tail=(proc.stdout + proc.stderr)[-2500:])
         except subprocess.TimeoutExpired as exc:
             out = (exc.stdout or b"") + (exc.stderr or b"")
@@ -85,6 +85,12 @@ def run_all(budget_s: float, jobs_to_run: list[tuple[str, list[str]]],
         print(f"{label:<32} rc={record.get('returncode')} {record['seconds']:>6}s "
               f"{record.get('files', [])}", flush=True)
     return {"missing_modules": missing, "runs": runs, "results": results}
+
+
+def python_path() -> str:
+    """The repository first, then whatever PYTHONPATH already holds (on the GPU machine, the
+    carried wheels: without them the servers' uvicorn is missing)."""
+    return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def summary_rows(doc: dict[str, Any]) -> list[str]:
