@@ -270,3 +270,17 @@ def test_launch_server_stops_the_server_when_the_caller_fails(tmp_path) -> None:
         with launch_server("hello:app", cwd=tmp_path) as s:
             raise KeyError("the benchmark failed")
     assert s.process.poll() is not None  # gone, although the block raised
+
+
+def test_git_state_prefers_the_commit_the_gpu_call_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The GPU machine's copy may hold a stale .git: the commit named by the sending command wins.
+    from shared.benchmark.provenance import git_state
+
+    monkeypatch.setenv("IFS_GIT_COMMIT", "6c9e511")
+    monkeypatch.setenv("IFS_GIT_DIRTY", "0")
+    assert git_state() == {"commit": "6c9e511", "dirty": False}
+    monkeypatch.setenv("IFS_GIT_DIRTY", "1")
+    assert git_state() == {"commit": "6c9e511", "dirty": True}
+    monkeypatch.delenv("IFS_GIT_COMMIT")
+    here = git_state()
+    assert here["commit"] and len(here["commit"]) == 40  # this checkout's own HEAD

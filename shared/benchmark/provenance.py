@@ -23,7 +23,13 @@ LIBRARIES = ("torch", "transformers", "fastapi", "uvicorn", "requests", "triton"
 
 
 def git_state() -> dict[str, Any]:
-    """The commit the code is at and whether the working tree differs from it."""
+    """The commit the code is at and whether the working tree differs from it.
+
+    IFS_GIT_COMMIT (and IFS_GIT_DIRTY=1 if the tree had changes) wins when set: the command that
+    sends the tree to the GPU machine sets it, because the copy there may carry no .git, or a stale
+    one that names an older commit than the files it ran."""
+    if commit := os.environ.get("IFS_GIT_COMMIT"):
+        return {"commit": commit, "dirty": os.environ.get("IFS_GIT_DIRTY") == "1"}
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -35,10 +41,7 @@ def git_state() -> dict[str, Any]:
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
         return {"commit": git("rev-parse", "HEAD"), "dirty": dirty}
     except (OSError, subprocess.SubprocessError):
-        # The GPU machine gets a copy of the working tree without .git: the command that sends it
-        # there passes the commit in IFS_GIT_COMMIT (and IFS_GIT_DIRTY=1 if the tree had changes).
-        commit = os.environ.get("IFS_GIT_COMMIT")
-        return {"commit": commit, "dirty": None if commit is None else os.environ.get("IFS_GIT_DIRTY") == "1"}
+        return {"commit": None, "dirty": None}
 
 
 def _cpu_model() -> str:
