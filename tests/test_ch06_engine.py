@@ -75,3 +75,37 @@ def test_real_model_same_greedy_tokens_as_chapter_4():
 def test_bad_min_cache_len_is_refused(tiny_engines, min_cache_len: int) -> None:
     with pytest.raises(ValueError, match="min_cache_len"):
         CudaGraphEngine(tiny_engines[0].loaded, min_cache_len=min_cache_len)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "fast", ""])
+def test_bad_compile_mode_is_refused(tiny_engines, mode: str) -> None:
+    with pytest.raises(ValueError, match="compile_mode"):
+        CudaGraphEngine(tiny_engines[0].loaded, min_cache_len=16, compile_mode=mode)
+
+
+def test_compiled_step_is_what_runs(tiny_engines, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stand-in for torch.compile that records its arguments and every call of what it returns:
+    # with compile_mode set, every decode step (and, on a GPU, the warm-up and the capture) must go
+    # through the compiled function, not the eager one beside it.
+    from chapters.ch06_profiling import graph
+
+    compiled: list[dict] = []
+    calls = [0]
+
+    def fake_compile(fn, **options):
+        compiled.append(options)
+
+        def run():
+            calls[0] += 1
+            return fn()
+        return run
+
+    monkeypatch.setattr(graph.torch, "compile", fake_compile)
+    ch04 = tiny_engines[0]
+    engine = CudaGraphEngine(ch04.loaded, min_cache_len=64, compile_mode="max-autotune-no-cudagraphs")
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    out = engine.generate(PROMPTS[0], params)
+    assert compiled == [{"mode": "max-autotune-no-cudagraphs", "dynamic": False}]
+    assert calls[0] == 11  # one per decode step: the prefill runs eagerly, then 11 steps
+    assert out.output_ids == ch04.generate(PROMPTS[0], params).output_ids
+    assert "max-autotune-no-cudagraphs" in engine.implementation

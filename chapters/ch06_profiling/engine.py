@@ -25,7 +25,7 @@ import torch
 from chapters.ch02_generate_loop.engine import Sequence
 from chapters.ch02_generate_loop.sampling import ReferenceSampler, TorchSampler
 from chapters.ch04_kv_cache.engine import KVCacheEngine
-from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket
+from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket, check_compile_mode
 from shared.contracts import RequestMetrics, SamplingParams
 from shared.model import LoadedModel
 
@@ -48,22 +48,23 @@ class CudaGraphEngine(KVCacheEngine):
         device: str | None = None,
         sampler: ReferenceSampler | TorchSampler | None = None,
         min_cache_len: int = 256,
-        compile_step: bool = False,
+        compile_mode: str | None = None,
     ) -> None:
         if (isinstance(min_cache_len, bool) or not isinstance(min_cache_len, int) or min_cache_len < 1
                 or min_cache_len & (min_cache_len - 1)):
             raise ValueError(f"min_cache_len must be a power of two >= 1, got {min_cache_len!r}")
+        check_compile_mode(compile_mode)  # here, not at the first request, which builds the step
         super().__init__(model, device, sampler)
         if min_cache_len > self.max_context:
             raise ValueError(f"min_cache_len={min_cache_len} exceeds the model's context of {self.max_context}")
         self.min_cache_len = min_cache_len  # the smallest bucket; tests use a small one
         self.use_graphs = self.device.type == "cuda"
         # Off by default: fusing changes rounding, so tokens may leave chapter 4's. gpu_benchmark.py
-        # measures it as a preview of what fusing kernels (chapter 7) buys.
-        self.compile_step = compile_step
+        # measures it ("default") as a preview of what fusing kernels (chapter 7) buys.
+        self.compile_mode = compile_mode
         self.implementation = (
             "ch03 Llama, static KV cache, decode step "
-            + ("torch.compile'd, " if compile_step else "")
+            + (f"torch.compile(mode={compile_mode!r})'d, " if compile_mode else "")
             + ("replayed from a CUDA graph" if self.use_graphs else "run eagerly (CPU: no graphs)")
         )
         self._steps: dict[int, DecodeStep] = {}  # cache length -> its step (and graph)
@@ -82,7 +83,7 @@ class CudaGraphEngine(KVCacheEngine):
         """A static step over a new cache of `size` slots, captured as a graph on a GPU unless
         `capture=False`. Later chapters override this to build their own step; `step_for` keeps
         the buckets."""
-        step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size), self.compile_step)
+        step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size), self.compile_mode)
         if self.use_graphs if capture is None else capture:
             step.capture()
         return step

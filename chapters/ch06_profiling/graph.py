@@ -20,6 +20,8 @@ weights), so the waste is small until contexts reach thousands of tokens.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -69,15 +71,30 @@ class StaticKVCache:
         return attend(q, self.keys[layer], self.values[layer], self.visible)
 
 
+# torch.compile modes a step may use. Not "reduce-overhead" or "max-autotune": those capture CUDA
+# graphs of their own, which cannot be recorded inside ours.
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+
+
+def check_compile_mode(mode: str | None) -> None:
+    if mode is not None and mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode must be None or one of {COMPILE_MODES}, got {mode!r}")
+
+
 class DecodeStep:
     """One token in, the next token's logits out, through a static cache; captured as a CUDA graph
     on a GPU (`capture()`), run eagerly elsewhere."""
 
-    def __init__(self, model: Llama, cache: StaticKVCache, compile_step: bool = False) -> None:
+    def __init__(self, model: Llama, cache: StaticKVCache, compile_mode: str | None = None) -> None:
+        check_compile_mode(compile_mode)
         self.model, self.cache = model, cache
-        # Optional: fuse the step's small ops with torch.compile (inductor) before capturing it. Fewer,
-        # bigger kernels, but rounded differently from the eager ops: the tokens may differ.
-        self._run = torch.compile(self._forward) if compile_step else self._forward
+        # Optional: fuse the step's small ops with torch.compile (inductor; `compile_mode` is its
+        # mode, e.g. "default") before capturing it. Fewer, bigger kernels, rounded differently
+        # from the eager ops: the tokens may differ. `forward` is what warm-up, capture and eager
+        # calls run, so the graph records the compiled kernels.
+        self.forward: Callable[[], Tensor] = (
+            torch.compile(self._forward, mode=compile_mode, dynamic=False) if compile_mode
+            else self._forward)
         device = model.embed_tokens.weight.device
         self.ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(1, 1, dtype=torch.long, device=device)
@@ -97,11 +114,11 @@ class DecodeStep:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(warmup):
-                self._run()
+                self.forward()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.logits = self._run()
+            self.logits = self.forward()
 
     def prefill(self, prompt_ids: list[int]) -> Tensor:
         """Run the prompt eagerly (its length varies, so it is not captured), writing its keys and
@@ -119,7 +136,7 @@ class DecodeStep:
         self.ids.fill_(token)
         self.positions.fill_(position)
         if self.graph is None:
-            return self._run()[0]
+            return self.forward()[0]
         self.graph.replay()
         assert self.logits is not None
         return self.logits[0]

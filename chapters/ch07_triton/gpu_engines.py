@@ -55,7 +55,7 @@ from unittest import mock
 import torch
 
 from chapters.ch06_profiling.engine import CudaGraphEngine
-from chapters.ch06_profiling.graph import DecodeStep, StaticKVCache, bucket
+from chapters.ch06_profiling.graph import bucket
 from chapters.ch06_profiling.timeline import profile_steps
 from chapters.ch06_profiling.token_check import first_difference, record_logits
 from chapters.ch07_triton.engine import TritonEngine
@@ -76,28 +76,6 @@ def load(smoke: bool) -> LoadedModel:
 
 
 # ---- the baselines, each in its own process --------------------------------------------------
-
-
-class CompiledGraphEngine(CudaGraphEngine):
-    """Chapter 6's engine with its decode step compiled by torch.compile (inductor's fusion, and in
-    max-autotune its GEMM autotuning) and then captured in chapter 6's graph, as ours are."""
-
-    name = "ch06_torch_compile"
-
-    def __init__(self, loaded: LoadedModel, mode: str, min_cache_len: int) -> None:
-        super().__init__(loaded, min_cache_len=min_cache_len)
-        self.mode = mode
-        self.implementation = (f"ch03 Llama, static KV cache, decode step torch.compile(mode={mode!r}), "
-                               + ("replayed from a CUDA graph" if self.use_graphs else "run eagerly"))
-
-    def new_step(self, size: int, capture: bool | None = None) -> DecodeStep:
-        step = DecodeStep(self.model, StaticKVCache.for_model(self.model, size))
-        step._forward = torch.compile(step._forward, mode=self.mode, dynamic=False)  # type: ignore[method-assign]
-        with torch.inference_mode():
-            step._forward()  # compile (and autotune) now, outside any graph capture
-        if self.use_graphs if capture is None else capture:
-            step.capture()
-        return step
 
 
 def decode_run(engine: Any, params: SamplingParams) -> dict[str, Any]:
@@ -155,14 +133,16 @@ class HFRunner:
 
 class CompiledRunner:
     def __init__(self, smoke: bool, tokens: int, mode: str) -> None:
-        self.engine = CompiledGraphEngine(load(smoke), mode, min_cache_len=16 if smoke else 256)
+        # Chapter 6's engine with its decode step compiled by torch.compile (inductor's fusion, and
+        # in max-autotune its GEMM autotuning) and then captured in chapter 6's graph, as ours are.
+        self.engine = CudaGraphEngine(load(smoke), min_cache_len=16 if smoke else 256, compile_mode=mode)
         self.params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
 
     def warm(self) -> dict[str, Any]:
         first = decode_run(self.engine, self.params)  # compiles every bucket the request crosses
         step = max(self.engine._steps.items())[1]
         info = {"output_ids": first["output_ids"], "implementation": self.engine.implementation}
-        info["step_profile"] = summarize_profile(profile_steps(step._forward, str(self.engine.device), steps=3))
+        info["step_profile"] = summarize_profile(profile_steps(step.forward, str(self.engine.device), steps=3))
         return info
 
     def run(self) -> dict[str, Any]:
@@ -336,7 +316,7 @@ def part_kernels(doc: dict[str, Any], engines: dict[str, Any]) -> None:
     for name in ("ch06_cuda_graph", "ch07_triton"):
         engine = engines[name]
         step = max(engine._steps.items())[1]  # the bucket the last request ended in
-        out[name] = summarize_profile(profile_steps(step._forward, str(engine.device), steps=5))
+        out[name] = summarize_profile(profile_steps(step.forward, str(engine.device), steps=5))
     doc["kernels_per_step"] = out
 
 
