@@ -6,6 +6,11 @@ spread of the per-round ratios, peak memory, and whether the tokens equal chapte
 results/<cpu|gpu>/tour.json with a plot next to it, and exits with status 1 if any engine's tokens
 differ from chapter 1's: a faster engine that says something else is a bug, not a speed-up.
 
+That verdict needs float32 (the CPU's dtype). In bfloat16 (the GPU's) two candidates whose logits
+are one rounding step apart can swap when the same sum is taken in another order, so different
+engines part at near-ties without any bug: there the tour reports which engines' tokens differ but
+gives no verdict (the chapters' GPU scripts keep the logits and measure the gap where tokens part).
+
     python -m shared.tour                       # 2 runs x 64 tokens: a couple of minutes on a CPU
     python -m shared.tour --runs 5 --tokens 256 --chapters ch01_baseline ch04_kv_cache
 
@@ -18,6 +23,8 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+
+import torch
 
 from shared.benchmark.cli import offline_main, offline_parser, parse
 from shared.engine import BaseOfflineEngine
@@ -52,6 +59,17 @@ def select(chapters: Sequence[str] | None) -> list[tuple[str, str]]:
     return [TOUR[0]] + [entry for entry in TOUR[1:] if entry[0] in chapters]
 
 
+def verdict(reference: str, differ: Sequence[str], n_engines: int, dtype: torch.dtype) -> tuple[str, int]:
+    """The tour's last line and exit status: token identity is a verdict in float32 only."""
+    if not differ:
+        return f"All {n_engines} engine(s) produced {reference}'s tokens.", 0
+    listed = ", ".join(differ)
+    if dtype == torch.float32:
+        return f"FAIL: tokens differ from {reference}: {listed}", 1
+    return (f"In {str(dtype).removeprefix('torch.')}, tokens differ from {reference}: {listed}. Not a "
+            "verdict: rounding can swap near-tied tokens; identity is checked in float32.", 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = offline_parser(__doc__)
     p.prog = "python -m shared.tour"
@@ -66,11 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     engines = [engine_class(spec)(loaded) for _, spec in entries]
     body = offline_main(args, engines, name="tour", labels=[c for c, _ in entries], compare=True)
     differ = [c["label"] for c in body["comparison"] if not c["same_tokens_as_reference"]]
-    if differ:
-        print(f"\nFAIL: tokens differ from {entries[0][0]}: {', '.join(differ)}", file=sys.stderr)
-        return 1
-    print(f"\nAll {len(engines)} engine(s) produced {entries[0][0]}'s tokens.")
-    return 0
+    message, status = verdict(entries[0][0], differ, len(engines), loaded.model.dtype)
+    print(f"\n{message}", file=sys.stderr if status else sys.stdout)
+    return status
 
 
 if __name__ == "__main__":
