@@ -1,6 +1,6 @@
 """Why chapter 1 is so slow on the H200: Hugging Face `generate()` (eager, dynamic cache) decodes
-at about 80 ms per token there, and the profiler puts about half of each step in one op,
-`aten::_cudnn_attention_forward`. PyTorch's scaled_dot_product_attention may pick cuDNN's attention
+at about 80 ms per token there, and the profiler puts about half of each step's host time in one
+op, `aten::_cudnn_attention_forward` (chapter 6, page 01). PyTorch's scaled_dot_product_attention may pick cuDNN's attention
 on Hopper, and cuDNN builds an execution plan for each new shape; in a decode with a growing cache
 every step is a new key length, so (the hypothesis) every step pays for a new plan.
 
