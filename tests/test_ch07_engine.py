@@ -111,3 +111,14 @@ def test_bad_input_is_refused() -> None:
     with pytest.raises(ValueError, match="batch of 2"):
         backend.forward(0, torch.zeros(2, 4, 1, 16), torch.zeros(2, 2, 1, 16), torch.zeros(2, 2, 1, 16),
                         torch.zeros(2, 1, dtype=torch.long))
+
+
+def test_separate_residual_adds_give_the_same_tokens(engines) -> None:
+    # The engine's default moves the residual adds into GEMM epilogues; chapter 3's layer with its
+    # separate adds must give the same greedy tokens (float32, interpreter).
+    ch06, fused = engines
+    separate = TritonEngine(ch06.loaded, min_cache_len=16, kernels=True, fuse_residuals=False)
+    assert fused.fuse_residuals and "residual adds in GEMM epilogues" in fused.implementation
+    assert "separate residual adds" in separate.implementation
+    for prompt in PROMPTS:
+        assert separate.generate(prompt, GREEDY).output_ids == fused.generate(prompt, GREEDY).output_ids

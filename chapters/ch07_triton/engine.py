@@ -11,11 +11,10 @@ graph, and changes what the graph records, entirely through chapter 3's swap poi
   q and k and writes k, v into chapter 6's `StaticKVCache` in one kernel, then attends over the
   cache up to the token's position in one more (chapter 6 attended over every slot, masked).
 
-Not fused: the two residual adds per layer. Both kernels can add a residual in their epilogue
-(`rmsnorm(..., residual=)`, `matmul(..., residual=)`), but the adds are written in chapter 3's
-`DecoderLayer.forward`, which is not a swap point: a swapped module only sees its own input, and
-returning `x + f(x)` from o_proj would make the layer add x twice. Fusing them means replacing the
-decoder layer itself, i.e. rewriting chapter 3's block; they stay (60 small kernels per step).
+* the two residual adds of each layer -> the epilogues of the o and down projections. They are
+  written in chapter 3's `DecoderLayer.forward`, which no module inside the layer can reach, so
+  here the swapped module is the layer itself (`TritonDecoderLayer`, layers.py): 60 fewer kernels
+  per step. `fuse_residuals=False` keeps chapter 3's layer and its separate adds, to measure it.
 
 The prefill is not changed: it runs chapter 6's PyTorch model (cuBLAS, its own attention). Our
 GEMM's autotuner keys on M, which for a prefill is the prompt length, so every new length would
@@ -113,15 +112,18 @@ class TritonEngine(CudaGraphEngine):
         sampler: ReferenceSampler | TorchSampler | None = None,
         min_cache_len: int = 256,
         kernels: bool | None = None,
+        fuse_residuals: bool = True,
     ) -> None:
         super().__init__(model, device, sampler, min_cache_len)
+        self.fuse_residuals = fuse_residuals
         on_gpu = self.device.type == "cuda"
         self.kernels = on_gpu if kernels is None else kernels
         if self.kernels and not on_gpu and not INTERPRET:
             raise ValueError("TritonEngine(kernels=True) needs a CUDA device, or TRITON_INTERPRET=1 on a CPU")
         if self.kernels:
             # lm_head: the interpreter would spend minutes per step on the 49,152-wide GEMM.
-            self.fast_model = use_triton_kernels(shared_weights_copy(self.model), lm_head=not INTERPRET)
+            self.fast_model = use_triton_kernels(shared_weights_copy(self.model), lm_head=not INTERPRET,
+                                                 fuse_residuals=fuse_residuals)
             self.fast_model.rope = PassThroughRope()
         self.implementation = self.describe()
 
@@ -132,9 +134,10 @@ class TritonEngine(CudaGraphEngine):
         head = "PyTorch LM head (interpreter)" if INTERPRET else "Triton LM head"
         where = ("Triton interpreter on the CPU, step run eagerly" if INTERPRET
                  else "decode step replayed from a CUDA graph" if self.use_graphs else "run eagerly")
+        residuals = "residual adds in GEMM epilogues" if self.fuse_residuals else "separate residual adds"
         return (f"ch03 Llama, static KV cache; decode step of Triton kernels (fused RMSNorm, "
-                f"SwiGLU-epilogue GEMM, tiled GEMMs, RoPE+cache write, decode attention; {head}), "
-                f"{where}; prefill = {self.prefill_kind}")
+                f"SwiGLU-epilogue GEMM, tiled GEMMs, RoPE+cache write, decode attention, {residuals}; "
+                f"{head}), {where}; prefill = {self.prefill_kind}")
 
     def new_step(self, size: int, capture: bool | None = None) -> DecodeStep:
         """Chapter 6's step_for asks for a step per bucket; ours is a TritonDecodeStep. Captured as

@@ -1,16 +1,20 @@
 """Chapter 7's kernels as drop-in modules for chapter 3's model, through its swap points.
 
-    use_triton_kernels(model)   # every RMSNorm, every linear layer and every MLP replaced in place
+    use_triton_kernels(model)   # every decoder layer, the final RMSNorm and the LM head replaced in place
 
-- each RMSNorm (input, post-attention, final) -> TritonRMSNorm (the fused kernel);
-- each MLP -> TritonSwiGLU: gate and up projections and the activation in one GEMM (the SwiGLU
-  epilogue), then the down projection;
-- q/k/v/o projections and the LM head -> TritonLinear (the tiled GEMM, weight passed as W.t()).
+- each decoder layer -> TritonDecoderLayer: its RMSNorms -> the fused RMSNorm kernel; q/k/v -> the
+  tiled GEMM (weight passed as W.t()); gate and up projections and the activation in one GEMM (the
+  SwiGLU epilogue); and the two residual adds moved into the epilogues of the o and down
+  projections, so `x + o_proj(attention)` and `x + down(swiglu)` are one kernel each;
+- the final RMSNorm -> TritonRMSNorm, the LM head -> TritonLinear.
 
-The weights are the model's own Parameters (no copies; the tied LM head stays tied). What this does
-not do yet: fuse the residual adds into the norm or the GEMM epilogue. Both kernels support it
-(`rmsnorm(..., residual=)`, `matmul(..., residual=)`), but the residual add lives in chapter 3's
-DecoderLayer.forward, which is not a swap point; an engine that wants it replaces the layers.
+The residual adds are written in chapter 3's `DecoderLayer.forward`, which a module swapped *inside*
+the layer cannot reach (an o_proj returning `x + o(h)` would never see x). So the swap point used for
+them is the layer itself: `model.layers[i]`, with chapter 3's attention module kept (its o_proj
+set to the identity; the layer applies the projection, residual included). `fuse_residuals=False`
+keeps chapter 3's layer and its two separate adds, for comparison.
+
+The weights are the model's own Parameters (no copies; the tied LM head stays tied).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from chapters.ch07_triton.interpret import check_tensors  # noqa: F401  (sets TR
 
 from torch import Tensor, nn
 
-from chapters.ch03_model.model import Llama, RMSNorm, SwiGLU
+from chapters.ch03_model.model import AttentionBackend, DecoderLayer, Llama, RMSNorm, SwiGLU
 from chapters.ch07_triton.matmul import linear
 from chapters.ch07_triton.rmsnorm import rmsnorm
 from chapters.ch07_triton.swiglu import matmul_swiglu
@@ -41,8 +45,8 @@ class TritonLinear(nn.Module):
             raise ValueError("TritonLinear: linear layers with a bias are not supported")
         self.weight = layer.weight  # [out, in], shared with the model (tying survives)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight)
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        return linear(x, self.weight, residual=residual)
 
 
 class TritonSwiGLU(nn.Module):
@@ -51,15 +55,42 @@ class TritonSwiGLU(nn.Module):
         self.w_gate, self.w_up = mlp.gate_proj.weight, mlp.up_proj.weight
         self.down_proj = TritonLinear(mlp.down_proj)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """down(silu(gate(x)) * up(x)), plus `residual` in the down projection's epilogue if given."""
         x2 = x.reshape(-1, x.shape[-1])
         h = matmul_swiglu(x2, self.w_gate.t(), self.w_up.t())  # [tokens, intermediate], one kernel
-        return self.down_proj(h).view(*x.shape[:-1], -1)
+        return self.down_proj(h, residual=residual).view(*x.shape[:-1], -1)
 
 
-def use_triton_kernels(model: Llama, lm_head: bool = True) -> Llama:
-    """Swap the model's norms, linears and MLPs for the Triton ones, in place; returns the model."""
-    for layer in model.layers:
+class TritonDecoderLayer(nn.Module):
+    """Chapter 3's pre-norm block, x + attention(norm(x)) then x + mlp(norm(x)), with each residual
+    add done by the GEMM before it, while its output tile is still in registers."""
+
+    def __init__(self, layer: DecoderLayer) -> None:
+        super().__init__()
+        self.input_layernorm = TritonRMSNorm(layer.input_layernorm)
+        self.post_attention_layernorm = TritonRMSNorm(layer.post_attention_layernorm)
+        attn = layer.self_attn
+        for name in ("q_proj", "k_proj", "v_proj"):
+            setattr(attn, name, TritonLinear(getattr(attn, name)))
+        self.o_proj = TritonLinear(attn.o_proj)
+        attn.o_proj = nn.Identity()  # attention returns the heads, concatenated; o_proj is ours
+        self.self_attn = attn
+        self.mlp = TritonSwiGLU(layer.mlp)
+
+    def forward(self, x: Tensor, positions: Tensor, rope: nn.Module, attn: AttentionBackend) -> Tensor:
+        heads = self.self_attn(self.input_layernorm(x), positions, rope, attn)  # [B, T, heads * D]
+        x = self.o_proj(heads, residual=x)
+        return self.mlp(self.post_attention_layernorm(x), residual=x)
+
+
+def use_triton_kernels(model: Llama, lm_head: bool = True, fuse_residuals: bool = True) -> Llama:
+    """Swap the model's layers (or, without `fuse_residuals`, only their norms, linears and MLPs),
+    its final norm and its LM head for the Triton ones, in place; returns the model."""
+    for i, layer in enumerate(model.layers):
+        if fuse_residuals:
+            model.layers[i] = TritonDecoderLayer(layer)
+            continue
         layer.input_layernorm = TritonRMSNorm(layer.input_layernorm)
         layer.post_attention_layernorm = TritonRMSNorm(layer.post_attention_layernorm)
         attn = layer.self_attn
