@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from chapters.ch01_baseline.engine import BaselineEngine
 from shared.benchmark import (
@@ -284,3 +285,20 @@ def test_git_state_prefers_the_commit_the_gpu_call_names(monkeypatch: pytest.Mon
     monkeypatch.delenv("IFS_GIT_COMMIT")
     here = git_state()
     assert here["commit"] and len(here["commit"]) == 40  # this checkout's own HEAD
+
+
+def test_script_parser_takes_the_run_options_and_refuses_bad_threads() -> None:
+    from shared.benchmark.cli import parse_script, script_parser
+
+    parser = script_parser("A numbered script.\n\nMore text.")
+    parser.add_argument("--rounds", type=int, default=2)
+    before = torch.get_num_threads()
+    try:
+        args, started = parse_script(parser, ["--threads", "1", "--notes", "quiet machine", "--rounds", "3"])
+        assert (args.threads, args.rounds, args.model) == (1, 3, None)
+        assert torch.get_num_threads() == 1
+        assert started["notes"] == "quiet machine" and started["git"]["commit"]
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(SystemExit):
+        parse_script(parser, ["--threads", "0"])

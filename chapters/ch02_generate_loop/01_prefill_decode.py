@@ -25,7 +25,6 @@ Run it:  python 01_prefill_decode.py                       (about 2 minutes on a
          python 01_prefill_decode.py --tokens 32 --rounds 3 --threads 1
 """
 
-import argparse
 import random
 import statistics
 import time
@@ -34,22 +33,17 @@ import torch
 
 from chapters.ch02_generate_loop.engine import GenerateLoopEngine, Sequence
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.contracts import SamplingParams
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--prompt", default=config.PROMPT)
 parser.add_argument("--tokens", type=int, default=64, help="output tokens (default %(default)s)")
 parser.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 384, 512],
                     help="positions per forward in the sweep (default %(default)s)")
 parser.add_argument("--rounds", type=int, default=5, help="rounds of the sweep (default %(default)s)")
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-parser.add_argument("--notes", default="", help="free text stored with the results")
-args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance(args.notes)
+args, started = parse_script(parser)
 
 
 class StepTimedEngine(GenerateLoopEngine):

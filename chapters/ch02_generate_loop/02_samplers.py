@@ -15,7 +15,6 @@ Run it:  python 02_samplers.py             (about a minute on a 2-core CPU)
          python 02_samplers.py --seeds 50 --threads 1
 """
 
-import argparse
 import itertools
 import statistics
 import time
@@ -25,21 +24,16 @@ import torch
 
 from chapters.ch02_generate_loop.sampling import ReferenceSampler, TorchSampler, derive_seed
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.contracts import SamplingParams
 from shared.model import load_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--prompt", default=config.PROMPT)
 parser.add_argument("--rows", type=int, default=8, help="positions of the prompt to take logits from")
 parser.add_argument("--seeds", type=int, default=10, help="seeds per configuration and row")
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-parser.add_argument("--notes", default="", help="free text stored with the results")
-args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance(args.notes)
+args, started = parse_script(parser)
 
 loaded = load_model(args.model)
 ids = torch.tensor([loaded.tokenizer.encode(args.prompt)], device=loaded.model.device)

@@ -13,26 +13,20 @@ Run it:  python 04_engine.py
          python 04_engine.py --max-tokens 32 --threads 1
 """
 
-import argparse
 
 import torch
 
 from chapters.ch02_generate_loop.engine import GenerateLoopEngine
 from chapters.ch03_model.engine import ModelEngine
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.contracts import SamplingParams
 from shared.model import load_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--max-tokens", type=int, default=16)
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-parser.add_argument("--notes", default="", help="free text stored with the results")
-args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance(args.notes)
+args, started = parse_script(parser)
 
 PROMPTS = [config.PROMPT, "The capital of France is", "def fibonacci(n):", "Bees make honey because"]
 loaded = load_model(args.model)  # loaded once; our engine takes its weights over by name

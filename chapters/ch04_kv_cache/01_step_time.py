@@ -15,7 +15,6 @@ Run it:  python 01_step_time.py --threads 1
          python 01_step_time.py --lengths 16 256 2048 --repeats 5
 """
 
-import argparse
 import random
 import statistics
 import time
@@ -25,18 +24,14 @@ import torch
 
 from chapters.ch03_model.model import NoCacheAttention, from_hf
 from chapters.ch04_kv_cache.cache import KVCache
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.model import load_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 128, 256, 512, 1024])
 parser.add_argument("--repeats", type=int, default=5)
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance()
+args, started = parse_script(parser)
 
 loaded = load_model(args.model)
 model = from_hf(loaded.model)

@@ -17,7 +17,6 @@ Run it:  python 02_proof.py                  (a few minutes: the long prompt's p
          python 02_proof.py --long 2000      (a shorter "long" prompt)
 """
 
-import argparse
 import time
 
 import torch
@@ -26,20 +25,16 @@ from chapters.ch03_model.engine import ModelEngine
 from chapters.ch04_kv_cache.engine import KVCacheEngine
 from chapters.ch04_kv_cache.proof import cached_greedy, reference_logits
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.contracts import SamplingParams
 from shared.model import load_model
 
 TOLERANCE = {torch.float32: 1e-3}  # bfloat16 (a GPU): no stated tolerance, differences reported
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--long", type=int, default=7000, help="tokens in the long prompt")
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance()
+args, started = parse_script(parser)
 
 loaded = load_model(args.model)
 cached, no_cache = KVCacheEngine(loaded), ModelEngine(loaded)

@@ -16,7 +16,6 @@ results/cpu/ch04_step_breakdown.json.
 Run it:  python 03_step_breakdown.py --threads 1
 """
 
-import argparse
 import statistics
 import time
 
@@ -27,19 +26,15 @@ from chapters.ch01_baseline.engine import BaselineEngine
 from chapters.ch04_kv_cache.cache import KVCache
 from chapters.ch04_kv_cache.engine import KVCacheEngine
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.contracts import SamplingParams
 from shared.model import load_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--repeats", type=int, default=5)
 parser.add_argument("--tokens", type=int, default=32, help="tokens per engine request")
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance()
+args, started = parse_script(parser)
 
 loaded = load_model(args.model)
 engine, baseline = KVCacheEngine(loaded), BaselineEngine(loaded)

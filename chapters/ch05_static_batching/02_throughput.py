@@ -24,7 +24,6 @@ Run it:  python 02_throughput.py                      (a few minutes on a 2-core
          python 02_throughput.py --tokens 32 --batch-sizes 1 4 16 --rounds 3 --threads 1
 """
 
-import argparse
 import random
 import statistics
 import time
@@ -34,25 +33,20 @@ import torch
 
 from chapters.ch05_static_batching.engine import StaticBatchEngine
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.benchmark.report import format_table
 from shared.contracts import SamplingParams
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--prompt", default=config.PROMPT)
 parser.add_argument("--tokens", type=int, default=16, help="new tokens per row (default %(default)s)")
 parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
 parser.add_argument("--rounds", type=int, default=2, help="rounds over all sizes (default %(default)s)")
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
 parser.add_argument("--out", default=None, help="results folder (default: $OUT or results/cpu|gpu)")
-parser.add_argument("--notes", default="", help="free text stored with the results")
-args = parser.parse_args()
+args, started = parse_script(parser)
 if args.tokens < 2 or min(args.batch_sizes) < 1 or args.rounds < 1:
     parser.error("--tokens must be >= 2 (a decode step is measured), batch sizes and --rounds >= 1")
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance(args.notes)
 
 engine = StaticBatchEngine(args.model)
 prompt = engine.encode(args.prompt)

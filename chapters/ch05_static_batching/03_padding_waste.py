@@ -23,26 +23,20 @@ Writes results/cpu/ch05_padding_waste.json (results/gpu/ on a GPU).
 Run it:  python 03_padding_waste.py      (a few minutes on a 2-core CPU)
 """
 
-import argparse
 import random
 import time
 
 import torch
 
 from chapters.ch05_static_batching.engine import BatchStats, StaticBatchEngine
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.benchmark.report import format_table
 from shared.contracts import SamplingParams
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--batch-sizes", type=int, nargs="+", default=[4, 16])
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--notes", default="", help="free text stored with the results")
-args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance(args.notes)
+args, started = parse_script(parser)
 
 engine = StaticBatchEngine(args.model)
 QUESTIONS = [

@@ -23,7 +23,6 @@ Run it:  python 04_batcher.py      (a few minutes on a 2-core CPU)
          python 04_batcher.py --rate 2 --num-requests 16 --tokens 8
 """
 
-import argparse
 import asyncio
 import time
 from typing import Any
@@ -33,24 +32,19 @@ import torch
 from chapters.ch05_static_batching.batcher import BatchingRunner
 from chapters.ch05_static_batching.engine import StaticBatchEngine
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.benchmark.online import arrival_times
 from shared.benchmark.report import format_table
 from shared.contracts import SamplingParams
 from shared.stats import summarize
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per second (default %(default)s)")
 parser.add_argument("--num-requests", type=int, default=12)
 parser.add_argument("--tokens", type=int, default=8, help="new tokens per request (default %(default)s)")
 parser.add_argument("--seed", type=int, default=0, help="seed of the arrival times")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-parser.add_argument("--notes", default="", help="free text stored with the results")
-args = parser.parse_args()
-if args.threads:
-    torch.set_num_threads(args.threads)
-started = provenance(args.notes)
+args, started = parse_script(parser)
 
 engine = StaticBatchEngine(args.model)
 prompt = engine.encode(config.PROMPT)

@@ -32,24 +32,52 @@ from shared.contracts import SamplingParams
 from shared.engine import BaseOfflineEngine
 
 
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options every measuring script takes: which model, how many CPU threads, and notes."""
+    p.add_argument("--model", default=None,
+                   help="a .gguf file, a model folder or a Hugging Face id (default: SmolLM2-135M)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default: torch's choice, usually one per core)")
+    p.add_argument("--notes", default="", help="free text stored with the results")
+
+
+def _apply_threads(p: argparse.ArgumentParser, threads: int | None) -> None:
+    if threads is not None:
+        if threads < 1:
+            p.error(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+
+
+def script_parser(description: str | None) -> argparse.ArgumentParser:
+    """A numbered script's parser, with --model, --threads and --notes already on it."""
+    p = argparse.ArgumentParser(description=description.splitlines()[0] if description else None)
+    _add_run_options(p)
+    return p
+
+
+def parse_script(p: argparse.ArgumentParser,
+                 argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """Parse a `script_parser`'s arguments, set torch's threads, and take the provenance now, as the
+    run starts (its load average is the one that describes the measurement)."""
+    args = p.parse_args(argv)
+    _apply_threads(p, args.threads)
+    return args, provenance(args.notes)
+
+
 def _common_args(description: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_run_options(p)
     p.add_argument("--prompt", action="append",
                    help="a prompt (repeat for several; default: the seed book's bee prompt)")
     p.add_argument("--tokens", type=int, default=config.BENCHMARK_TOKENS,
                    help="output tokens per request (default %(default)s)")
     p.add_argument("--stop-at-eos", action="store_true",
                    help="stop at EOS (default: ignore EOS so every request makes --tokens tokens)")
-    p.add_argument("--model", default=None,
-                   help="a .gguf file, a model folder or a Hugging Face id (default: SmolLM2-135M)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads for torch (default: torch's choice, usually one per core)")
     p.add_argument("--warmup", type=int, default=config.WARMUP_RUNS,
                    help="warm-up runs, discarded (default %(default)s)")
     p.add_argument("--name", default=None, help="results file name, without .json")
     p.add_argument("--out", default=None, help="results folder (default: $OUT or results/cpu|gpu)")
-    p.add_argument("--notes", default="", help="free text stored with the results")
     p.add_argument("--no-save", action="store_true", help="print only; write no files")
     return p
 
@@ -60,10 +88,7 @@ def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argp
     args = p.parse_args(argv)
     if args.tokens < 1:
         p.error(f"--tokens must be >= 1, got {args.tokens}")
-    if args.threads is not None:
-        if args.threads < 1:
-            p.error(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    _apply_threads(p, args.threads)
     if args.warmup < 0:
         p.error(f"--warmup must be >= 0, got {args.warmup}")
     if getattr(args, "runs", 1) < 1:
