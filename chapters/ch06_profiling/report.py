@@ -1,29 +1,27 @@
 """Where chapter 6's results go, and the provenance each one carries.
 
-CPU runs write to `results/cpu/`; GPU runs write to `$OUT` when the lead's device call sets it, else
-to `results/gpu/`. Every file records the shared provenance (commit, machine, library versions, command),
-so a number in the book can be traced back to the run that produced it.
+Results go where every results file goes (`shared.benchmark.provenance.results_dir`): `$OUT` when
+set (the GPU machine's device call sets it), else `results/cpu/` or `results/gpu/` by device.
+Every file records the shared provenance (commit, machine, library versions, command), so a number
+in the book can be traced back to the run that produced it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from shared.benchmark.provenance import REPO_ROOT as REPO  # noqa: F401  (the chapter's scripts import it here)
 from shared.benchmark.provenance import provenance as shared_provenance
-
-REPO = Path(__file__).resolve().parents[2]
+from shared.benchmark.provenance import results_dir
+from shared.benchmark.provenance import write_json as shared_write_json
 
 
 def out_dir(device: str) -> Path:
-    if str(device).startswith("cuda"):
-        folder = Path(os.environ.get("OUT") or REPO / "results" / "gpu")
-    else:
-        folder = REPO / "results" / "cpu"
+    """results/cpu or results/gpu by device ($OUT when set, as for every results file), created."""
+    folder = results_dir(device)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -39,7 +37,4 @@ def provenance(device: str) -> dict[str, Any]:
 
 
 def write_json(name: str, data: dict[str, Any], device: str) -> Path:
-    path = out_dir(device) / name
-    payload = {**data, "provenance": provenance(device)}
-    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    return path
+    return shared_write_json({**data, "provenance": provenance(device)}, out_dir(device) / name)
