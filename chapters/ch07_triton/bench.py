@@ -8,8 +8,6 @@ clock and mean nothing; smoke runs only prove the script works end to end.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import tempfile
 import time
@@ -21,7 +19,8 @@ from chapters.ch07_triton.interpret import INTERPRET  # sets TRITON_INTERPRET fi
 import torch
 import triton
 
-REPO = Path(__file__).resolve().parents[2]
+from shared.benchmark.provenance import provenance, results_dir, write_json
+from shared.benchmark.report import format_table
 
 
 def bench_ms(fn: Callable[[], Any]) -> float:
@@ -37,23 +36,6 @@ def bench_ms(fn: Callable[[], Any]) -> float:
     return statistics.median(times)
 
 
-def provenance() -> dict[str, Any]:
-    """The shared harness's provenance when its dependencies are installed; the essentials otherwise
-    (the GPU script needs only torch and triton)."""
-    try:
-        from shared.benchmark.provenance import provenance as shared_provenance
-        return shared_provenance()
-    except ImportError as exc:
-        import platform
-        import sys
-        info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                                "triton": triton.__version__, "command": " ".join(sys.argv),
-                                "note": f"shared provenance unavailable: {exc}"}
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name()
-        return info
-
-
 def device_info() -> dict[str, Any]:
     if not torch.cuda.is_available():
         return {"device": "cpu (Triton interpreter)", "interpreter": True}
@@ -64,36 +46,24 @@ def device_info() -> dict[str, Any]:
 
 def write_results(name: str, body: dict[str, Any], smoke: bool) -> Path:
     """$OUT/<name>.json, else results/gpu/<name>.json; smoke runs go to a temporary folder."""
-    if smoke:
-        folder = Path(tempfile.mkdtemp(prefix="ifs-smoke-"))
-    else:
-        folder = Path(os.environ.get("OUT") or REPO / "results" / "gpu")
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.json"
+    folder = Path(tempfile.mkdtemp(prefix="ifs-smoke-")) if smoke else results_dir("cuda")
     data = {"name": name, "provenance": provenance(), "device": device_info(), **body}
-    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    return path
+    return write_json(data, folder / f"{name}.json")
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return "" if v is None else str(v)
 
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """A plain fixed-width table of the given columns."""
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-        return str(v)
-    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
+    """A plain fixed-width table of the given columns of each row."""
+    return format_table(columns, [[_cell(r.get(c)) for c in columns] for r in rows])
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     """The same table as `table`, in Markdown, for the book to {{#include}}."""
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-        return "" if v is None else str(v)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from chapters.ch07_triton.bench import markdown_table  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+from shared.benchmark.provenance import REPO_ROOT as REPO  # noqa: E402
 
 
 def main() -> None:
