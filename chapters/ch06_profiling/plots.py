@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from shared.benchmark.report import save_figure
+
 
 def _pyplot() -> Any:
     try:
@@ -43,10 +45,7 @@ def roofline(result: dict[str, Any], path: Path) -> Path | None:
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)",
            ylabel="achieved FLOP/s", title=f"Roofline on {result['device']} ({result['dtype']})")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def by_length(result: dict[str, Any], path: Path) -> Path | None:
@@ -65,10 +64,7 @@ def by_length(result: dict[str, Any], path: Path) -> Path | None:
     ax.set(xscale="log", yscale="log", xlabel="prompt / context length (tokens)", ylabel="ms",
            title=f"Prefill vs one decode step on {result['device']}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def by_batch(result: dict[str, Any], path: Path) -> Path | None:
@@ -86,7 +82,4 @@ def by_batch(result: dict[str, Any], path: Path) -> Path | None:
            title=f"Decode step vs batch size on {result['device']} "
                  f"(context {result['settings']['batch_context']})")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

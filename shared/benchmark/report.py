@@ -147,6 +147,18 @@ def _pyplot() -> Any:
     return plt
 
 
+def save_figure(fig: Any, path: str | Path, title: str = "") -> Path:
+    """Title (small, on top), tight layout, a 120-dpi PNG at `path`; the figure is closed."""
+    plt = _pyplot()
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_offline(results: Sequence[OfflineResult], path: str | Path, title: str = "") -> Path:
     """Left: time of each output token by position (TTFT at 0, then each gap), mean over requests,
     one line per engine. Right: tokens/s per engine, a dot per run."""
@@ -169,13 +181,7 @@ def plot_offline(results: Sequence[OfflineResult], path: str | Path, title: str 
         ax_tps.bar(i, sum(tps) / len(tps), color=f"C{i}", alpha=0.4)
     ax_tps.set_xticks(range(len(results)), [r.label for r in results], rotation=20)
     ax_tps.set(ylabel="output tokens/s (dots: runs)", title="throughput")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def plot_load(results: Sequence[LoadResult], path: str | Path, title: str = "") -> Path:
@@ -201,10 +207,4 @@ def plot_load(results: Sequence[LoadResult], path: str | Path, title: str = "") 
             ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
             ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     axes[0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
