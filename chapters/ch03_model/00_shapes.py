@@ -12,20 +12,18 @@ Run it:  python 00_shapes.py
          python 00_shapes.py --prompt "The capital of France is"
 """
 
-import argparse
 from typing import Any
 
 import torch
 
 from chapters.ch03_model.model import NoCacheAttention, from_hf, parameter_count
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.model import load_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--prompt", default="The capital of France is")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-args = parser.parse_args()
-started = provenance()
+args, started = parse_script(parser)
 
 loaded = load_model(args.model)
 model = from_hf(loaded.model)

@@ -20,20 +20,18 @@ Results go to results/cpu/ch03_rmsnorm_rope.json.
 Run it:  python 01_rmsnorm_rope.py
 """
 
-import argparse
 import math
 
 import torch
 
 from chapters.ch03_model.model import from_hf, rotate_half
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.model import load_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-args = parser.parse_args()
-started = provenance()
+parser = script_parser(__doc__)
+args, started = parse_script(parser)
 
 loaded = load_model(args.model)
 model = from_hf(loaded.model)

@@ -19,21 +19,19 @@ Results go to results/cpu/ch03_attention.json.
 Run it:  python 02_attention.py
 """
 
-import argparse
 
 import torch
 
 from chapters.ch03_model.model import NoCacheAttention, attend, causal_visibility, from_hf
 from chapters.ch03_model.oracle import left_pad
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.model import load_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--prompt", default="The cat sat on the mat")
 parser.add_argument("--head", type=int, default=4, help="which query head's weights to print")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-args = parser.parse_args()
-started = provenance()
+args, started = parse_script(parser)
 
 loaded = load_model(args.model)
 model = from_hf(loaded.model)

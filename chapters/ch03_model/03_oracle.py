@@ -17,7 +17,6 @@ Run it:  python 03_oracle.py
          python 03_oracle.py --tokens 32
 """
 
-import argparse
 
 import torch
 
@@ -25,7 +24,8 @@ from chapters.ch01_baseline.engine import BaselineEngine
 from chapters.ch03_model.model import from_hf
 from chapters.ch03_model.oracle import compare_logits, greedy_tokens
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.contracts import SamplingParams
 from shared.model import load_model
 
@@ -38,13 +38,11 @@ PROMPTS = [
     "<|im_start|>user\nWhat is the tallest mountain in the world?<|im_end|>\n<|im_start|>assistant\n",
 ]
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--tokens", type=int, default=16, help="greedy tokens per prompt")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
 parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                     help="default: float32 on a CPU, bfloat16 on a GPU")
-args = parser.parse_args()
-started = provenance()
+args, started = parse_script(parser)
 
 loaded = load_model(args.model, dtype=getattr(torch, args.dtype) if args.dtype else None)
 model = from_hf(loaded.model)

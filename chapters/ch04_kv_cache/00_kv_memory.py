@@ -13,19 +13,17 @@ against the bytes a real `KVCache` allocates. Results go to results/cpu/ch04_kv_
 Run it:  python 00_kv_memory.py
 """
 
-import argparse
 
 import torch
 
 from chapters.ch03_model.model import ModelConfig
 from chapters.ch04_kv_cache.cache import KVCache, kv_bytes_per_token
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.model import load_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-args = parser.parse_args()
-started = provenance()
+parser = script_parser(__doc__)
+args, started = parse_script(parser)
 
 loaded = load_model(args.model)
 cfg = ModelConfig.from_hf(loaded.model.config)

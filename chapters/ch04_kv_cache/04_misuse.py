@@ -17,21 +17,19 @@ Results go to results/cpu/ch04_misuse.json.
 Run it:  python 04_misuse.py
 """
 
-import argparse
 
 import torch
 
 from chapters.ch04_kv_cache.cache import CacheMisuseError
 from chapters.ch04_kv_cache.engine import CachedSequence, KVCacheEngine
 from shared import config
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 from shared.contracts import RequestMetrics, SamplingParams
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = script_parser(__doc__)
 parser.add_argument("--tokens", type=int, default=16, help="greedy tokens for request B")
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-args = parser.parse_args()
-started = provenance()
+args, started = parse_script(parser)
 
 engine = KVCacheEngine(args.model)
 model, tok = engine.model, engine.tokenizer

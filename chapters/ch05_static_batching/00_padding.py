@@ -28,7 +28,6 @@ Writes results/cpu/ch05_padding.json (results/gpu/ on a GPU).
 Run it:  python 00_padding.py            (a few seconds after the model loads)
 """
 
-import argparse
 
 import torch
 
@@ -36,13 +35,11 @@ from chapters.ch03_model.model import NoCacheAttention, causal_visibility
 from chapters.ch03_model.oracle import left_pad
 from chapters.ch05_static_batching.batch_cache import BatchKVCache
 from chapters.ch05_static_batching.engine import StaticBatchEngine
-from shared.benchmark import provenance, save_results
+from shared.benchmark import save_results
+from shared.benchmark.cli import parse_script, script_parser
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--model", default=None, help="a .gguf path, a local folder or a Hugging Face id")
-parser.add_argument("--notes", default="", help="free text stored with the results")
-args = parser.parse_args()
-started = provenance(args.notes)
+parser = script_parser(__doc__)
+args, started = parse_script(parser)
 
 engine = StaticBatchEngine(args.model)
 texts = ["Hi", "The capital of France is", "According to all known laws of aviation, there is"]
