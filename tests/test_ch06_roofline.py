@@ -163,3 +163,18 @@ def test_gpu_tables_finds_the_chapters_benchmarks(tmp_path):
         assert tokens == ("32" if label.endswith("/online") else "64")
     chosen = [label for label, _ in gpu_tables.jobs(64, 32, tmp_path, only=["ch04", "ch01_baseline/on"])]
     assert chosen == ["ch04_kv_cache/offline", "ch01_baseline/online", "ch04_kv_cache/online"]
+
+
+def test_gpu_tables_refuses_an_only_that_matches_nothing(tmp_path):
+    from chapters.ch06_profiling import gpu_tables
+
+    with pytest.raises(ValueError, match="matches none"):
+        gpu_tables.jobs(64, 32, tmp_path, only=["ch99"])
+
+
+def test_hf_sdpa_backends_refuses_too_few_tokens(capsys):
+    from chapters.ch06_profiling import hf_sdpa_backends
+
+    with pytest.raises(SystemExit):
+        hf_sdpa_backends.main(["--tokens", "1"])
+    assert "--tokens must be >= 2" in capsys.readouterr().err

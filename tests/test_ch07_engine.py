@@ -122,3 +122,14 @@ def test_separate_residual_adds_give_the_same_tokens(engines) -> None:
     assert "separate residual adds" in separate.implementation
     for prompt in PROMPTS:
         assert separate.generate(prompt, GREEDY).output_ids == fused.generate(prompt, GREEDY).output_ids
+
+
+@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--tokens", "1"]])
+def test_fused_residuals_script_refuses_bad_arguments(argv: list[str]) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "chapters" / "ch07_triton" / "08_fused_residuals.py"
+    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--rounds >= 1" in proc.stderr

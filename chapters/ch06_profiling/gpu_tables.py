@@ -49,7 +49,10 @@ def jobs(tokens: int, online_tokens: int, tmp: Path,
             found.append((f"{chapter}/online", [py, str(script), "--num-requests", "8",
                                                 "--tokens", str(online_tokens), *out]))
     found.append(("tour", [py, "-m", "shared.tour", "--tokens", str(tokens), *out]))
-    return [(label, argv) for label, argv in found if not only or any(w in label for w in only)]
+    chosen = [(label, argv) for label, argv in found if not only or any(w in label for w in only)]
+    if not chosen:
+        raise ValueError(f"--only {only} matches none of {[label for label, _ in found]}")
+    return chosen
 
 
 def run_all(budget_s: float, jobs_to_run: list[tuple[str, list[str]]],
@@ -118,6 +121,10 @@ def main() -> None:
     parser.add_argument("--name", default="gpu_tables", help="results file name, without .json")
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
     args = parser.parse_args()
+    try:
+        jobs(args.tokens, args.online_tokens, Path("$TMP"), args.only)  # fail before any run
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.list:
         for label, argv in jobs(args.tokens, args.online_tokens, Path("$TMP"), args.only):
             print(f"{label:<32} {' '.join(argv[1:])}")

@@ -82,10 +82,12 @@ def measure(engine: BaselineEngine, tokens: int) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.tokens < 2:
+        parser.error(f"--tokens must be >= 2 (time per output token needs two), got {args.tokens}")
     if not torch.cuda.is_available():
         sys.exit("hf_sdpa_backends.py measures a GPU's attention backends; no CUDA device here")
     engine = BaselineEngine(load_model(device="cuda", dtype=torch.bfloat16))

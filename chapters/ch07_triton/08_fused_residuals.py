@@ -41,6 +41,8 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--tokens", type=int, default=None, help="new tokens (default: 256 on a GPU, 8 on a CPU)")
 parser.add_argument("--rounds", type=int, default=5)
 args = parser.parse_args()
+if (args.tokens is not None and args.tokens < 2) or args.rounds < 1:
+    parser.error("--tokens must be >= 2 (time per output token needs two) and --rounds >= 1")
 torch.set_num_threads(1)
 started = provenance()
 tiny = INTERPRET  # the interpreter is far too slow for the real model
